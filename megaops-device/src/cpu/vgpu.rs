@@ -1,0 +1,1 @@
+//! The virtual GPU (to be implemented: see the module docs of `cpu`).

@@ -1,0 +1,68 @@
+//! The MegaOps device library: what `cuda_std` is to rust-cuda, on rustc's own NVPTX
+//! backend.
+//!
+//! Every primitive is a thin `#[inline(always)]` wrapper. Compiled for
+//! `nvptx64-nvidia-cuda` it emits the PTX named in its documentation; compiled for the
+//! host it runs on the CPU backend ([`cpu`]), a virtual GPU that executes the same kernels
+//! with CTA threads as cooperatively scheduled coroutines.
+//!
+//! Modules:
+//! - [`thread`]: thread/block/grid indices, lane and warp ids, CTA barriers;
+//! - [`shared`]: static and dynamic shared memory ([`shared::SharedPtr`]);
+//! - [`atomic`]: loads, stores, add, cas, exch with explicit ordering and scope; [`fence`];
+//! - [`time`]: `nanosleep`, `%globaltimer`, `clock64`;
+//! - [`warp`]: shuffles, votes, match;
+//! - [`memory`]: 16-byte vector loads/stores, `cp.async` with commit/wait groups;
+//! - [`mma`]: `ldmatrix` and `mma.sync` m16n8k16 (bf16/f16 → f32);
+//! - [`convert`]: bf16/f16 ↔ f32 conversions on `half`'s types;
+//! - [`sync`]: the MegaOps tile-synchronisation runtime the `#[megaops::kernel]` macro calls.
+#![cfg_attr(target_arch = "nvptx64", no_std)]
+#![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch, stdarch_nvptx))]
+#![warn(missing_docs)]
+
+pub mod atomic;
+pub mod convert;
+pub mod fence;
+pub mod memory;
+pub mod mma;
+pub mod shared;
+pub mod sync;
+pub mod thread;
+pub mod time;
+pub mod warp;
+
+#[cfg(not(target_arch = "nvptx64"))]
+pub mod cpu;
+
+pub use half::{bf16, f16};
+
+/// Three-component index or size, as `%tid`, `%ctaid`, `%ntid` and `%nctaid` are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct Dim3 {
+    /// x component.
+    pub x: u32,
+    /// y component.
+    pub y: u32,
+    /// z component.
+    pub z: u32,
+}
+
+impl Dim3 {
+    /// A new index.
+    pub const fn new(x: u32, y: u32, z: u32) -> Self {
+        Dim3 { x, y, z }
+    }
+
+    /// Number of elements `x * y * z`.
+    pub const fn volume(&self) -> u64 {
+        self.x as u64 * self.y as u64 * self.z as u64
+    }
+}
+
+#[cfg(target_arch = "nvptx64")]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // SAFETY: `trap` aborts the kernel; there is no unwinding on the device.
+    unsafe { core::arch::nvptx::trap() }
+}
