@@ -1,0 +1,1 @@
+//! `#[megaops::kernel]` (being written).
