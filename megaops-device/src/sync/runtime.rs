@@ -1,0 +1,248 @@
+//! The four operations `#[megaops::kernel]` injects (paper Listing 3):
+//! [`kernel_begin_cta`], [`remap_tile`] / [`tile_coords`], [`wait_input`] and
+//! [`signal_output`].
+//!
+//! Memory ordering (DESIGN.md "Memory ordering"):
+//! - *signal*: all threads of the CTA finish their stores of the tile and meet at a
+//!   barrier (`bar.red.or`, which also tells everyone whether a wait failed); then thread 0
+//!   issues `fence.acq_rel.gpu` and one `red.release.gpu.global.add.s32` per data tile.
+//! - *wait*: every thread that reads the input acquires the semaphores itself
+//!   (`ld.acquire.gpu`; the lanes of a warp load the same address, so this is one
+//!   transaction per warp). Waiting per thread instead of "thread 0 then barrier" keeps the
+//!   wait correct wherever the macro places it — also after an early `return` of some
+//!   threads or inside divergent code — and gives each reader its own acquire.
+//! - a wait that is not satisfied spins with `nanosleep` back-off and gives up after
+//!   `ctx.timeout_ns` of `%globaltimer`: it records (launch, tile, tensor, semaphore
+//!   index, value, target) in the device error log, raises the log's abort flag (which
+//!   every other waiter polls, so one failure does not cascade into a chain of timeouts)
+//!   and returns `false`; the kernel then skips the rest of the tile and does not signal.
+//!   On the CPU backend the wait blocks in the virtual GPU, which detects deadlocks
+//!   structurally and reports the same site.
+
+use super::args::*;
+use super::tiling::{covered_box, is_designated, sem_index, signal_increment, target_of};
+use crate::atomic::{self, Acquire, Gpu, Relaxed, Release};
+use crate::thread::{linear_thread_idx, sync_threads_or};
+
+/// Records that this CTA has started, for the AsyncStream wait kernel that holds the next
+/// launch back until then (deadlock freedom, paper §2.3). Thread 0 raises the launch's
+/// begin flag to `begin_token` (`ld.relaxed.gpu` then, if lower, `red.relaxed.gpu.max`).
+///
+/// # Safety
+/// `ctx.begin_flag` is null or a valid device `i32`.
+#[inline(always)]
+pub unsafe fn kernel_begin_cta(ctx: &KernelCtx) {
+    if ctx.begin_flag.is_null() || linear_thread_idx() != 0 {
+        return;
+    }
+    // SAFETY: non-null begin_flag is a valid device i32 (caller's contract).
+    unsafe {
+        let seen = atomic::load(ctx.begin_flag as *const i32, Relaxed, Gpu);
+        if seen.wrapping_sub(ctx.begin_token) < 0 {
+            atomic::red_max(ctx.begin_flag, ctx.begin_token, Relaxed, Gpu);
+        }
+    }
+}
+
+/// The kernel tile a CTA (or a persistent CTA's `t`-th tile) works on: identity, rotation
+/// by `remap.offset`, or `remap.table[t]` (paper §3.1, `cta_remap`).
+///
+/// # Safety
+/// For a table remap, `ctx.remap.table` holds `ctx.num_tiles` readable entries.
+#[inline(always)]
+pub unsafe fn remap_tile(ctx: &KernelCtx, t: u32) -> u32 {
+    match ctx.remap.kind {
+        1 => {
+            let n = ctx.num_tiles.max(1);
+            ((t as u64 + ctx.remap.offset as u64) % n as u64) as u32
+        }
+        // SAFETY: caller's contract; t < num_tiles for every CTA the launch runs.
+        2 => unsafe { *ctx.remap.table.add(t as usize) },
+        _ => t,
+    }
+}
+
+/// Row-major coordinates of linear kernel tile `r` in `ctx.tile_grid`.
+#[inline(always)]
+pub fn tile_coords(ctx: &KernelCtx, mut r: u32) -> [u32; MAX_RANK] {
+    let mut c = [0u32; MAX_RANK];
+    let mut i = MAX_RANK;
+    while i > 0 {
+        i -= 1;
+        let n = ctx.tile_grid[i].max(1);
+        c[i] = r % n;
+        r /= n;
+    }
+    c
+}
+
+/// Waits until every data tile of `sync` that the element region `region` (per dimension
+/// `[start, end)`) intersects is ready, i.e. its semaphore reached `sync.target`
+/// (serial-number comparison). Returns `false` if the wait failed (timeout, abort or CPU
+/// deadlock): the caller must then skip the tile.
+///
+/// # Safety
+/// `sync` describes valid device semaphores (or is inactive), `ctx.errors` is null or a
+/// valid error log.
+#[inline(always)]
+pub unsafe fn wait_input(ctx: &KernelCtx, tile: u32, sync: &TileSync, region: &[(u32, u32); MAX_RANK]) -> bool {
+    if !sync.is_active() {
+        return true;
+    }
+    // SAFETY: the tiling's bounds tables are valid (caller's contract).
+    let tiles = unsafe { covered_box(&sync.dims, sync.rank, region) };
+    let n = tiles.len();
+    let mut k = 0;
+    while k < n {
+        let idx = sem_index(&sync.dims, sync.rank, &tiles.coords(k));
+        // SAFETY: idx < number of semaphores of the tiling, which the host allocated.
+        let sem = unsafe { sync.sema.add(idx as usize) };
+        let site = WaitSite { sem, target: sync.target, launch_id: ctx.launch_id, tile, tensor_id: sync.tensor_id, sem_index: idx };
+        // SAFETY: forwarded contract.
+        if !unsafe { wait_one(ctx, &site) } {
+            return false;
+        }
+        k += 1;
+    }
+    true
+}
+
+/// Spins until `site.sem` reaches `site.target`.
+///
+/// # Safety
+/// As for [`wait_input`].
+#[inline(always)]
+pub unsafe fn wait_one(ctx: &KernelCtx, site: &WaitSite) -> bool {
+    // SAFETY: site.sem is a valid device semaphore.
+    let first = unsafe { atomic::load(site.sem, Acquire, Gpu) };
+    if first.wrapping_sub(site.target) >= 0 {
+        return true;
+    }
+    // SAFETY: forwarded contract.
+    unsafe { wait_slow(ctx, site) }
+}
+
+#[cfg(target_arch = "nvptx64")]
+#[inline(never)]
+unsafe fn wait_slow(ctx: &KernelCtx, site: &WaitSite) -> bool {
+    use crate::time::{global_timer, nanosleep};
+    let start = global_timer();
+    let mut backoff = 32u32;
+    loop {
+        // SAFETY: valid semaphore (caller's contract).
+        let v = unsafe { atomic::load(site.sem, Acquire, Gpu) };
+        if v.wrapping_sub(site.target) >= 0 {
+            return true;
+        }
+        // SAFETY: errors is null or a valid log (caller's contract).
+        if !ctx.errors.is_null() && unsafe { atomic::load(&raw const (*ctx.errors).abort, Relaxed, Gpu) } != 0 {
+            return false;
+        }
+        let waited = global_timer().wrapping_sub(start);
+        if waited > ctx.timeout_ns {
+            // SAFETY: forwarded contract.
+            unsafe { record_timeout(ctx, site, v, waited) };
+            return false;
+        }
+        nanosleep(backoff);
+        backoff = (backoff * 2).min(1024);
+    }
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+unsafe fn wait_slow(_ctx: &KernelCtx, site: &WaitSite) -> bool {
+    crate::cpu::hooks::wait_until(site)
+}
+
+/// Writes a timeout record into the error log and raises its abort flag; traps if the
+/// launch has no error log.
+#[cfg(target_arch = "nvptx64")]
+unsafe fn record_timeout(ctx: &KernelCtx, site: &WaitSite, value: i32, waited_ns: u64) {
+    if ctx.errors.is_null() {
+        // SAFETY: aborting the kernel is the only report left.
+        unsafe { core::arch::nvptx::trap() }
+    }
+    // SAFETY: errors is a valid log (caller's contract); the slot index is unique.
+    unsafe {
+        let log = ctx.errors;
+        let slot = atomic::add(&raw mut (*log).count, 1u32, Relaxed, Gpu);
+        if (slot as usize) < MAX_ERRORS {
+            let rec = &raw mut (*log).records[slot as usize];
+            rec.write(ErrorRecord {
+                kind: ERROR_WAIT_TIMEOUT,
+                launch_id: site.launch_id,
+                tile: site.tile,
+                tensor_id: site.tensor_id,
+                sem_index: site.sem_index,
+                value,
+                target: site.target,
+                _pad: 0,
+                waited_ns,
+            });
+        }
+        atomic::store(&raw mut (*log).abort, 1i32, Release, Gpu);
+    }
+}
+
+/// Where a producer kernel tile sits in the producer's tiling, to derive the semaphore
+/// increments (see [`super::EPOCH_STRIDE`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ProducerTile {
+    /// The producer's kernel-tile size per dimension (0 = whole dimension).
+    pub ktile: [u32; MAX_RANK],
+    /// Kernel tiles per output tile (split-K factor), ≥ 1.
+    pub split: u32,
+    /// This kernel tile's split index (only index 0 can be the designated signaller).
+    pub split_index: u32,
+}
+
+/// Signals every data tile of `sync` that the element region `region` intersects, after
+/// all threads of the CTA finished writing it. Every thread of the CTA must call this
+/// (it contains a barrier); `failed` is whether this thread's tile was abandoned (a wait
+/// failed), in which case nothing is signalled by the CTA.
+///
+/// # Safety
+/// As for [`wait_input`]; additionally the caller writes exactly the region it signals.
+#[inline(always)]
+pub unsafe fn signal_output(sync: &TileSync, region: &[(u32, u32); MAX_RANK], producer: &ProducerTile, failed: bool) {
+    if !sync.is_active() {
+        return;
+    }
+    // bar.red.or: every thread's stores of the tile happen before thread 0's release, and
+    // all threads learn whether any of them gave the tile up.
+    let any_failed = sync_threads_or(failed);
+    if any_failed || linear_thread_idx() != 0 {
+        return;
+    }
+    // SAFETY: valid bounds tables (caller's contract).
+    let tiles = unsafe { covered_box(&sync.dims, sync.rank, region) };
+    let n = tiles.len();
+    crate::fence::fence(crate::fence::AcqRel, Gpu);
+    let mut k = 0;
+    while k < n {
+        let coords = tiles.coords(k);
+        let idx = sem_index(&sync.dims, sync.rank, &coords);
+        // SAFETY: valid tiling (caller's contract).
+        let (target, designated) = unsafe {
+            (
+                target_of(&sync.dims, sync.rank, &coords, &producer.ktile, producer.split),
+                producer.split_index == 0 && is_designated(&sync.dims, sync.rank, &coords, region),
+            )
+        };
+        // SAFETY: idx < number of semaphores of the tiling.
+        unsafe { atomic::red_add(sync.sema.add(idx as usize), signal_increment(designated, target), Release, Gpu) };
+        k += 1;
+    }
+}
+
+/// Element region of a kernel tile along one dimension: tile `coord` of `ktile` elements,
+/// or the whole dimension when `ktile == 0`, clamped to `size`.
+#[inline(always)]
+pub fn tile_region(coord: u32, ktile: u32, size: u32) -> (u32, u32) {
+    if ktile == 0 {
+        (0, size)
+    } else {
+        let start = coord.saturating_mul(ktile).min(size);
+        (start, start.saturating_add(ktile).min(size))
+    }
+}

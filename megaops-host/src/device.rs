@@ -1,0 +1,287 @@
+//! [`Device`]: a CUDA GPU or the CPU backend, behind one API.
+
+use crate::backend::cpu::CpuDevice;
+use crate::backend::cuda::{lock, CudaDevice};
+use crate::backend::BackendKind;
+use crate::buffer::Buffer;
+use crate::error::{CudaContext as _, Error, Result, SyncFailure};
+use crate::notes::LaunchNotes;
+use megaops_device::cpu::{CpuError, VgpuConfig};
+use megaops_device::sync::ErrorLog;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A device kernels run on: an NVIDIA GPU, or the CPU backend's virtual GPU. Cheap to
+/// clone (shared handle).
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<DeviceInner>,
+}
+
+pub(crate) enum DeviceBackend {
+    Cuda(CudaDevice),
+    Cpu(CpuDevice),
+}
+
+struct DeviceInner {
+    backend: DeviceBackend,
+    /// Device error log that timed-out waits write to.
+    error_log: Mutex<Option<Arc<Buffer>>>,
+    next_launch: AtomicU32,
+    next_tensor: AtomicU32,
+    timeout_ns: AtomicU64,
+    pub(crate) notes: Mutex<LaunchNotes>,
+}
+
+/// Default time a tile wait spins before it reports a timeout.
+pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Device {
+    fn from_backend(backend: DeviceBackend) -> Result<Device> {
+        let dev = Device {
+            inner: Arc::new(DeviceInner {
+                backend,
+                error_log: Mutex::new(None),
+                next_launch: AtomicU32::new(1),
+                next_tensor: AtomicU32::new(1),
+                timeout_ns: AtomicU64::new(DEFAULT_WAIT_TIMEOUT.as_nanos() as u64),
+                notes: Mutex::new(LaunchNotes::default()),
+            }),
+        };
+        let log = Arc::new(Buffer::new(&dev, std::mem::size_of::<ErrorLog>())?);
+        dev.memset_zero(&log)?;
+        *lock(&dev.inner.error_log) = Some(log);
+        Ok(dev)
+    }
+
+    /// CUDA device `ordinal`.
+    pub fn cuda(ordinal: usize) -> Result<Device> {
+        Device::from_backend(DeviceBackend::Cuda(CudaDevice::open(ordinal)?))
+    }
+
+    /// The CPU backend with the given virtual-GPU configuration.
+    pub fn cpu(config: VgpuConfig) -> Result<Device> {
+        Device::from_backend(DeviceBackend::Cpu(CpuDevice::new(config)))
+    }
+
+    /// GPU 0 if there is one, otherwise the CPU backend; when it falls back, it says why
+    /// on stderr. `MEGAOPS_BACKEND=cpu` forces the CPU backend, `=cuda` forbids the
+    /// fallback.
+    pub fn auto() -> Result<Device> {
+        let (dev, reason) = Device::auto_with_reason()?;
+        if let Some(reason) = reason {
+            eprintln!("megaops: running on the CPU backend ({reason})");
+        }
+        Ok(dev)
+    }
+
+    /// Like [`Device::auto`], returning the reason for a CPU fallback instead of printing it.
+    pub fn auto_with_reason() -> Result<(Device, Option<String>)> {
+        match std::env::var("MEGAOPS_BACKEND").ok().as_deref() {
+            Some("cpu") => return Ok((Device::cpu(VgpuConfig::default())?, Some("MEGAOPS_BACKEND=cpu".into()))),
+            Some("cuda") => return Ok((Device::cuda(0)?, None)),
+            _ => {}
+        }
+        match Device::cuda(0) {
+            Ok(d) => Ok((d, None)),
+            Err(e) => Ok((Device::cpu(VgpuConfig::default())?, Some(e.to_string()))),
+        }
+    }
+
+    pub(crate) fn backend(&self) -> &DeviceBackend {
+        &self.inner.backend
+    }
+
+    pub(crate) fn cuda_device(&self) -> Option<&CudaDevice> {
+        match self.backend() {
+            DeviceBackend::Cuda(c) => Some(c),
+            DeviceBackend::Cpu(_) => None,
+        }
+    }
+
+    /// Which backend this is.
+    pub fn kind(&self) -> BackendKind {
+        match self.backend() {
+            DeviceBackend::Cuda(_) => BackendKind::Cuda,
+            DeviceBackend::Cpu(_) => BackendKind::Cpu,
+        }
+    }
+
+    /// True on a real GPU.
+    pub fn is_cuda(&self) -> bool {
+        self.kind() == BackendKind::Cuda
+    }
+
+    /// Device name (`"NVIDIA H200"`, or `"CPU backend (8 virtual SMs)"`).
+    pub fn name(&self) -> String {
+        match self.backend() {
+            DeviceBackend::Cuda(c) => c.name.clone(),
+            DeviceBackend::Cpu(c) => format!("CPU backend ({} virtual SMs)", c.vgpu.config().sms),
+        }
+    }
+
+    /// Number of (virtual) streaming multiprocessors.
+    pub fn sm_count(&self) -> u32 {
+        match self.backend() {
+            DeviceBackend::Cuda(c) => c.sm_count,
+            DeviceBackend::Cpu(c) => c.vgpu.config().sms,
+        }
+    }
+
+    /// Shared memory per SM in bytes.
+    pub fn smem_per_sm(&self) -> u32 {
+        match self.backend() {
+            DeviceBackend::Cuda(c) => c.smem_per_sm,
+            DeviceBackend::Cpu(c) => c.vgpu.config().smem_per_sm as u32,
+        }
+    }
+
+    /// Largest dynamic shared memory one block may opt in to.
+    pub fn max_smem_per_block(&self) -> u32 {
+        match self.backend() {
+            DeviceBackend::Cuda(c) => c.smem_per_block_optin,
+            DeviceBackend::Cpu(c) => c.vgpu.config().max_smem_per_cta as u32,
+        }
+    }
+
+    /// L2 cache size in bytes (0 on the CPU backend).
+    pub fn l2_bytes(&self) -> u32 {
+        self.cuda_device().map_or(0, |c| c.l2_bytes)
+    }
+
+    /// How long a device-side tile wait spins before it reports a timeout.
+    pub fn wait_timeout(&self) -> Duration {
+        Duration::from_nanos(self.inner.timeout_ns.load(Ordering::Relaxed))
+    }
+
+    /// Sets the tile-wait timeout for launches made from now on.
+    pub fn set_wait_timeout(&self, timeout: Duration) {
+        self.inner.timeout_ns.store(timeout.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn next_launch_id(&self) -> u32 {
+        self.inner.next_launch.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn next_tensor_id(&self) -> u32 {
+        self.inner.next_tensor.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn error_log_addr(&self) -> u64 {
+        lock(&self.inner.error_log).as_ref().map_or(0, |b| b.addr())
+    }
+
+    pub(crate) fn notes(&self) -> std::sync::MutexGuard<'_, LaunchNotes> {
+        lock(&self.inner.notes)
+    }
+
+    /// Same device (same handle).
+    pub fn same(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Waits for all queued work on every stream, then reports tile waits that timed out
+    /// (GPU) or a deadlock (CPU backend) as [`Error::Sync`].
+    pub fn synchronize(&self) -> Result<()> {
+        match self.backend() {
+            DeviceBackend::Cuda(c) => c.ctx.synchronize().ctx(|| "synchronising the device".into())?,
+            DeviceBackend::Cpu(c) => c.vgpu.synchronize().map_err(|e| self.cpu_error(e))?,
+        }
+        self.check_error_log()
+    }
+
+    /// Turns a CPU-backend stop into the same errors the GPU gives.
+    pub(crate) fn cpu_error(&self, e: CpuError) -> Error {
+        match e {
+            CpuError::Deadlock(report) => {
+                let notes = self.notes();
+                let waits = report.waits.iter().map(|w| notes.describe_wait(&w.site, w.value)).collect();
+                Error::Sync(SyncFailure {
+                    headline: format!("deadlock on the CPU backend: every resident CTA is waiting\n{report}"),
+                    waits,
+                })
+            }
+            other => Error::Cpu(other.to_string()),
+        }
+    }
+
+    /// Reads the device error log; on a recorded timeout, clears it and returns the error.
+    pub(crate) fn check_error_log(&self) -> Result<()> {
+        let Some(log_buf) = lock(&self.inner.error_log).clone() else { return Ok(()) };
+        let mut log = ErrorLog::default();
+        // SAFETY: ErrorLog is a repr(C) block of integers, valid for any bit pattern, and
+        // the buffer holds exactly one.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(&mut log as *mut ErrorLog as *mut u8, std::mem::size_of::<ErrorLog>())
+        };
+        self.copy_to_host(&log_buf, 0, bytes)?;
+        if log.abort == 0 && log.count == 0 {
+            return Ok(());
+        }
+        self.memset_zero(&log_buf)?;
+        let notes = self.notes();
+        let n = (log.count as usize).min(log.records.len());
+        let waits = log.records[..n].iter().map(|r| notes.describe_timeout(r)).collect();
+        Err(Error::Sync(SyncFailure {
+            headline: format!("{} tile wait(s) timed out (limit {:.1?})", log.count, self.wait_timeout()),
+            waits,
+        }))
+    }
+
+    /// Copies `src` into device memory at `buf + offset` (bytes). Synchronous.
+    pub(crate) fn copy_to_device(&self, buf: &Buffer, offset: usize, src: &[u8]) -> Result<()> {
+        check_range(buf, offset, src.len())?;
+        match self.backend() {
+            DeviceBackend::Cuda(c) => {
+                c.ctx.bind_to_thread().ctx(|| "binding the context".into())?;
+                // SAFETY: the range lies inside the buffer (checked above).
+                unsafe { cudarc::driver::result::memcpy_htod_sync(buf.addr() + offset as u64, src) }
+                    .ctx(|| format!("copying {} bytes to the device", src.len()))
+            }
+            DeviceBackend::Cpu(_) => {
+                // SAFETY: the range lies inside the host allocation (checked above), and
+                // callers synchronise before overwriting memory queued work may use.
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), (buf.addr() as *mut u8).add(offset), src.len()) };
+                Ok(())
+            }
+        }
+    }
+
+    /// Copies device memory at `buf + offset` into `dst`. Synchronous; the caller has
+    /// synchronised with the work that writes it.
+    pub(crate) fn copy_to_host(&self, buf: &Buffer, offset: usize, dst: &mut [u8]) -> Result<()> {
+        check_range(buf, offset, dst.len())?;
+        match self.backend() {
+            DeviceBackend::Cuda(c) => {
+                c.ctx.bind_to_thread().ctx(|| "binding the context".into())?;
+                // SAFETY: the range lies inside the buffer.
+                unsafe { cudarc::driver::result::memcpy_dtoh_sync(dst, buf.addr() + offset as u64) }
+                    .ctx(|| format!("copying {} bytes from the device", dst.len()))
+            }
+            DeviceBackend::Cpu(_) => {
+                // SAFETY: the range lies inside the host allocation.
+                unsafe { std::ptr::copy_nonoverlapping((buf.addr() as *const u8).add(offset), dst.as_mut_ptr(), dst.len()) };
+                Ok(())
+            }
+        }
+    }
+
+    /// Zeroes a whole buffer. Synchronous.
+    pub(crate) fn memset_zero(&self, buf: &Buffer) -> Result<()> {
+        self.copy_to_device(buf, 0, &vec![0u8; buf.len()])
+    }
+}
+
+fn check_range(buf: &Buffer, offset: usize, len: usize) -> Result<()> {
+    if offset.checked_add(len).is_none_or(|end| end > buf.len()) {
+        return Err(Error::Invalid(format!("copy of {len} bytes at offset {offset} overruns a {}-byte buffer", buf.len())));
+    }
+    Ok(())
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({})", self.name())
+    }
+}

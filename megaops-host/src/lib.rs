@@ -1,0 +1,34 @@
+//! The MegaOps host runtime.
+//!
+//! - [`Device`]: a CUDA GPU (through cudarc, event tracking off) or the CPU backend;
+//!   [`Device::auto`] picks the GPU when there is one and says why when it does not.
+//! - [`Tensor`]: typed device memory; [`Tiled`]: a tensor with a data tiling (in its type)
+//!   and one semaphore per data tile.
+//! - [`Stream`], [`Event`]: ordered device work; [`launch`]: the typed launch machinery
+//!   `#[megaops::kernel]` generates launchers against.
+
+mod backend;
+mod buffer;
+mod device;
+mod dtype;
+mod error;
+pub mod launch;
+mod module;
+mod notes;
+mod stream;
+mod tensor;
+mod tiled;
+pub mod tiling;
+
+pub use backend::BackendKind;
+pub use buffer::Buffer;
+pub use device::{Device, DEFAULT_WAIT_TIMEOUT};
+pub use dtype::{DType, DeviceValue};
+pub use error::{Error, Result, SyncFailure};
+pub use launch::{LaunchOptions, LaunchTarget, Remap};
+pub use megaops_device::cpu::VgpuConfig;
+pub use module::PtxModule;
+pub use stream::{Event, Stream};
+pub use tensor::Tensor;
+pub use tiled::{Phase, ProducerTiling, Tiled};
+pub use tiling::{Chunks, DataTiling, DimSpec, DynChunks, DynGrid, DynRows, Grid, Irregular, Rows, R1, R2, R3, R4};

@@ -1,0 +1,50 @@
+//! Embedded PTX modules of kernel crates.
+
+/// The PTX of one kernel crate, one module per GPU architecture, embedded by
+/// `megaops::kernel_crate!()` from what `megaops-build` produced. Lives in a `static`;
+/// the runtime loads it once per device and caches it by its address.
+#[derive(Debug)]
+pub struct PtxModule {
+    /// Crate name, for messages.
+    pub name: &'static str,
+    /// `(architecture, PTX source)` pairs, e.g. `("sm_90", "...")`.
+    pub ptx: &'static [(&'static str, &'static str)],
+}
+
+impl PtxModule {
+    /// Cache key: the static's address.
+    pub(crate) fn key(&'static self) -> usize {
+        self as *const PtxModule as usize
+    }
+
+    /// The best PTX for a device of compute capability `major.minor`: the highest
+    /// architecture not above the device's (`sm_90a` only on exactly 9.0).
+    pub fn select(&self, major: i32, minor: i32) -> Option<(&'static str, &'static str)> {
+        let cc = (major * 10 + minor) as u32;
+        self.ptx
+            .iter()
+            .filter_map(|&(arch, src)| {
+                let specific = arch.ends_with('a');
+                let n: u32 = arch.trim_start_matches("sm_").trim_end_matches('a').parse().ok()?;
+                let fits = if specific { n == cc } else { n <= cc };
+                fits.then_some((n * 2 + specific as u32, arch, src))
+            })
+            .max_by_key(|&(rank, _, _)| rank)
+            .map(|(_, arch, src)| (arch, src))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selects_highest_compatible_architecture() {
+        static M: PtxModule = PtxModule { name: "k", ptx: &[("sm_80", "a"), ("sm_90", "b"), ("sm_90a", "c"), ("sm_89", "d")] };
+        assert_eq!(M.select(9, 0), Some(("sm_90a", "c")));
+        assert_eq!(M.select(8, 9), Some(("sm_89", "d")));
+        assert_eq!(M.select(8, 6), Some(("sm_80", "a")));
+        assert_eq!(M.select(7, 5), None);
+        assert_eq!(M.select(10, 0), Some(("sm_90", "b")));
+    }
+}

@@ -1,0 +1,189 @@
+//! What the host remembers about each launch, to turn a device-side failure record
+//! (launch id, tile, tensor id, semaphore index, value, target) into a sentence such as
+//! `matmul CTA (3,1) waited 5.0 s on y[2] = 1 of 3 signals`.
+
+use megaops_device::sync::tiling::{signals_received, target_of};
+use megaops_device::sync::{DimTiling, ErrorRecord, WaitSite, MAX_RANK};
+use std::collections::BTreeMap;
+
+/// Host copy of one dimension's data tiling.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct HostDim {
+    pub size: u32,
+    pub tile: u32,
+    pub bounds: Vec<u32>,
+}
+
+impl HostDim {
+    pub fn count(&self) -> u32 {
+        if self.tile == 0 { self.bounds.len().saturating_sub(1) as u32 } else { self.size.div_ceil(self.tile) }
+    }
+
+    /// Device-layout view (bounds point into this host copy; only for host arithmetic).
+    pub fn as_dim(&self) -> DimTiling {
+        DimTiling {
+            size: self.size,
+            tile: self.tile,
+            count: self.count(),
+            bounds: if self.tile == 0 { self.bounds.as_ptr() } else { std::ptr::null() },
+        }
+    }
+}
+
+/// How a synchronised tensor looked to one launch.
+#[derive(Clone, Debug)]
+pub(crate) struct TensorNote {
+    pub name: String,
+    pub dims: Vec<HostDim>,
+    /// Consumer ready value (serial-compared).
+    pub ready: i32,
+    /// The producer's kernel tile per dimension and split factor, if known.
+    pub producer: Option<([u32; MAX_RANK], u32)>,
+}
+
+/// One launch.
+#[derive(Clone, Debug)]
+pub(crate) struct LaunchNote {
+    pub kernel: String,
+    pub tile_grid: Vec<u32>,
+    pub tensors: Vec<(u32, TensorNote)>,
+    /// For AsyncStream wait kernels: the kernel whose start they wait for.
+    pub waits_for: Option<String>,
+}
+
+/// Notes of recent launches, by launch id.
+#[derive(Default)]
+pub(crate) struct LaunchNotes {
+    launches: BTreeMap<u32, LaunchNote>,
+}
+
+/// Launch notes kept (older ones are dropped; a failure then reads "launch #N").
+const KEEP: usize = 1 << 16;
+
+impl LaunchNotes {
+    pub fn insert(&mut self, id: u32, note: LaunchNote) {
+        self.launches.insert(id, note);
+        while self.launches.len() > KEEP {
+            self.launches.pop_first();
+        }
+    }
+
+    fn kernel_and_tile(&self, launch_id: u32, tile: u32) -> String {
+        match self.launches.get(&launch_id) {
+            Some(n) if n.waits_for.is_some() => format!("AsyncStream wait before `{}`", n.kernel),
+            Some(n) => format!("{} CTA {}", n.kernel, fmt_coords(&tile_coords(tile, &n.tile_grid))),
+            None => format!("launch #{launch_id} tile {tile}"),
+        }
+    }
+
+    fn what(&self, site: &WaitSite, value: i32) -> String {
+        let Some(launch) = self.launches.get(&site.launch_id) else {
+            return format!("tensor#{}[{}] = {value}, target {}", site.tensor_id, site.sem_index, site.target);
+        };
+        if let Some(producer) = &launch.waits_for {
+            return format!("the start of `{producer}` (begin flag {value}, waiting for {})", site.target);
+        }
+        let Some((_, t)) = launch.tensors.iter().find(|(id, _)| *id == site.tensor_id) else {
+            return format!("tensor#{}[{}] = {value}, target {}", site.tensor_id, site.sem_index, site.target);
+        };
+        let counts: Vec<u32> = t.dims.iter().map(HostDim::count).collect();
+        let coords = tile_coords(site.sem_index, &counts);
+        // Name the data tile by the dimensions that are actually tiled: `y[2]` for rows.
+        let shown: Vec<u32> = coords.iter().zip(&counts).filter(|(_, n)| **n > 1).map(|(c, _)| *c).collect();
+        let index = if shown.is_empty() { "0".to_string() } else { fmt_coords(&shown).trim_matches(['(', ')']).to_string() };
+        match t.producer {
+            Some((ktile, split)) => {
+                let mut dims = [DimTiling::plain(0, 1); MAX_RANK];
+                for (d, h) in dims.iter_mut().zip(&t.dims) {
+                    *d = h.as_dim();
+                }
+                let mut c = [0u32; MAX_RANK];
+                c[..coords.len()].copy_from_slice(&coords);
+                // SAFETY: bounds point into t.dims, alive for this call.
+                let target = unsafe { target_of(&dims, t.dims.len() as u32, &c, &ktile, split) };
+                let got = signals_received(value, t.ready, target);
+                format!("{}[{index}] = {got} of {target} signals", t.name)
+            }
+            None => format!("{}[{index}] (semaphore {value}, ready at {})", t.name, t.ready),
+        }
+    }
+
+    /// `matmul CTA (3,1) waited 5.0 s on y[2] = 1 of 3 signals`.
+    pub fn describe_timeout(&self, r: &ErrorRecord) -> String {
+        let site = WaitSite {
+            sem: std::ptr::null(),
+            target: r.target,
+            launch_id: r.launch_id,
+            tile: r.tile,
+            tensor_id: r.tensor_id,
+            sem_index: r.sem_index,
+        };
+        format!(
+            "{} waited {:.1} s on {}",
+            self.kernel_and_tile(r.launch_id, r.tile),
+            r.waited_ns as f64 * 1e-9,
+            self.what(&site, r.value)
+        )
+    }
+
+    /// `matmul CTA (3,1) waits on y[2] = 1 of 3 signals` (CPU backend deadlock).
+    pub fn describe_wait(&self, site: &WaitSite, value: i32) -> String {
+        format!("{} waits on {}", self.kernel_and_tile(site.launch_id, site.tile), self.what(site, value))
+    }
+}
+
+/// Row-major coordinates of linear index `i` in a grid.
+pub(crate) fn tile_coords(mut i: u32, grid: &[u32]) -> Vec<u32> {
+    let mut c = vec![0; grid.len()];
+    for (k, &n) in grid.iter().enumerate().rev() {
+        let n = n.max(1);
+        c[k] = i % n;
+        i /= n;
+    }
+    c
+}
+
+fn fmt_coords(c: &[u32]) -> String {
+    let parts: Vec<String> = c.iter().map(u32::to_string).collect();
+    format!("({})", parts.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use megaops_device::sync::{tiling::signal_increment, EPOCH_STRIDE};
+
+    fn note() -> LaunchNotes {
+        let mut n = LaunchNotes::default();
+        let y = TensorNote {
+            name: "y".into(),
+            dims: vec![HostDim { size: 256, tile: 64, bounds: vec![] }, HostDim { size: 96, tile: 96, bounds: vec![] }],
+            ready: 3 * EPOCH_STRIDE,
+            producer: Some(([64, 32, 0, 0], 1)),
+        };
+        n.insert(7, LaunchNote { kernel: "matmul".into(), tile_grid: vec![4, 2], tensors: vec![(11, y)], waits_for: None });
+        n
+    }
+
+    #[test]
+    fn timeout_reads_like_a_sentence() {
+        let notes = note();
+        // Producer tiles 64 x 32 over a 96-column tile: 3 signals; one arrived (not the
+        // designated one) in epoch 2.
+        let value = 2 * EPOCH_STRIDE + signal_increment(false, 3);
+        let r = ErrorRecord { kind: 1, launch_id: 7, tile: 7, tensor_id: 11, sem_index: 2, value, target: 3 * EPOCH_STRIDE, _pad: 0, waited_ns: 5_000_000_000 };
+        assert_eq!(notes.describe_timeout(&r), "matmul CTA (3,1) waited 5.0 s on y[2] = 1 of 3 signals");
+    }
+
+    #[test]
+    fn unknown_launches_still_say_something() {
+        let r = ErrorRecord { kind: 1, launch_id: 99, tile: 1, tensor_id: 4, sem_index: 0, value: 0, target: 65536, _pad: 0, waited_ns: 1 };
+        assert!(note().describe_timeout(&r).contains("launch #99 tile 1 waited 0.0 s on tensor#4[0] = 0, target 65536"));
+    }
+
+    #[test]
+    fn coordinates_are_row_major() {
+        assert_eq!(tile_coords(7, &[4, 2]), [3, 1]);
+        assert_eq!(tile_coords(5, &[6]), [5]);
+    }
+}

@@ -1,0 +1,155 @@
+//! [`Tensor`]: typed device memory with a shape.
+
+use crate::buffer::Buffer;
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// A dense, row-major device tensor of `T` (rank 1 to 4). Cloning shares the memory.
+#[derive(Clone)]
+pub struct Tensor<T: DType> {
+    buf: Arc<Buffer>,
+    /// Offset of the first element, in elements.
+    offset: usize,
+    shape: Vec<usize>,
+    _t: PhantomData<T>,
+}
+
+/// Largest supported rank.
+pub const MAX_TENSOR_RANK: usize = 4;
+
+fn numel(shape: &[usize]) -> Result<usize> {
+    if shape.is_empty() || shape.len() > MAX_TENSOR_RANK {
+        return Err(Error::Shape(format!("tensor rank {} is not supported (1 to {MAX_TENSOR_RANK})", shape.len())));
+    }
+    shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| Error::Shape(format!("shape {shape:?} has too many elements")))
+}
+
+impl<T: DType> Tensor<T> {
+    /// Uninitialised (GPU) or zeroed (CPU backend) tensor. Prefer [`Tensor::zeros`] or
+    /// [`Tensor::full`] unless every element is written before it is read.
+    pub fn empty(device: &Device, shape: &[usize]) -> Result<Self> {
+        let n = numel(shape)?;
+        let bytes = n.checked_mul(size_of::<T>()).ok_or_else(|| Error::Shape(format!("shape {shape:?} is too large")))?;
+        Ok(Tensor { buf: Arc::new(Buffer::new(device, bytes)?), offset: 0, shape: shape.to_vec(), _t: PhantomData })
+    }
+
+    /// A tensor holding `data` (row-major), which must have `shape`'s element count.
+    pub fn from_slice(device: &Device, shape: &[usize], data: &[T]) -> Result<Self> {
+        let n = numel(shape)?;
+        if data.len() != n {
+            return Err(Error::Shape(format!("{} values given for a tensor of shape {shape:?} ({n} elements)", data.len())));
+        }
+        let t = Tensor::empty(device, shape)?;
+        device.copy_to_device(&t.buf, 0, as_bytes(data))?;
+        Ok(t)
+    }
+
+    /// A tensor with every element `value`.
+    pub fn full(device: &Device, shape: &[usize], value: T) -> Result<Self> {
+        Tensor::from_slice(device, shape, &vec![value; numel(shape)?])
+    }
+
+    /// A tensor of zeros.
+    pub fn zeros(device: &Device, shape: &[usize]) -> Result<Self> {
+        Tensor::full(device, shape, T::default())
+    }
+
+    /// The device it lives on.
+    pub fn device(&self) -> &Device {
+        self.buf.device()
+    }
+
+    /// Shape, outermost dimension first.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Rank.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Size in bytes.
+    pub fn size_bytes(&self) -> usize {
+        self.numel() * size_of::<T>()
+    }
+
+    /// Device address of the first element (host address on the CPU backend).
+    pub fn addr(&self) -> u64 {
+        self.buf.addr() + (self.offset * size_of::<T>()) as u64
+    }
+
+    /// The underlying allocation (launches keep it alive while they may run).
+    pub fn buffer(&self) -> &Arc<Buffer> {
+        &self.buf
+    }
+
+    /// The same memory with another shape of equal element count.
+    pub fn reshape(&self, shape: &[usize]) -> Result<Self> {
+        if numel(shape)? != self.numel() {
+            return Err(Error::Shape(format!("cannot reshape {:?} ({} elements) to {shape:?}", self.shape, self.numel())));
+        }
+        Ok(Tensor { buf: self.buf.clone(), offset: self.offset, shape: shape.to_vec(), _t: PhantomData })
+    }
+
+    /// Rows `start..end` of the outermost dimension, sharing memory.
+    pub fn narrow(&self, start: usize, end: usize) -> Result<Self> {
+        if start > end || end > self.shape[0] {
+            return Err(Error::Shape(format!("rows {start}..{end} out of range for shape {:?}", self.shape)));
+        }
+        let row: usize = self.shape[1..].iter().product();
+        let mut shape = self.shape.clone();
+        shape[0] = end - start;
+        Ok(Tensor { buf: self.buf.clone(), offset: self.offset + start * row, shape, _t: PhantomData })
+    }
+
+    /// Copies the tensor to the host after waiting for all queued work on the device
+    /// (and reporting its failures).
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        self.device().synchronize()?;
+        let mut out = vec![T::default(); self.numel()];
+        self.device().copy_to_host(&self.buf, self.offset * size_of::<T>(), as_bytes_mut(&mut out))?;
+        Ok(out)
+    }
+
+    /// Overwrites the tensor with `data` after waiting for all queued work on the device.
+    pub fn copy_from_slice(&self, data: &[T]) -> Result<()> {
+        if data.len() != self.numel() {
+            return Err(Error::Shape(format!("{} values given for a tensor of shape {:?}", data.len(), self.shape)));
+        }
+        self.device().synchronize()?;
+        self.device().copy_to_device(&self.buf, self.offset * size_of::<T>(), as_bytes(data))
+    }
+
+    /// Fills every element with `value` (after waiting for queued work).
+    pub fn fill(&self, value: T) -> Result<()> {
+        self.copy_from_slice(&vec![value; self.numel()])
+    }
+}
+
+impl<T: DType> std::fmt::Debug for Tensor<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor<{}>{:?}", T::NAME, self.shape)
+    }
+}
+
+pub(crate) fn as_bytes<T: DType>(v: &[T]) -> &[u8] {
+    // SAFETY: DType is sealed to plain-old-data types without padding.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+pub(crate) fn as_bytes_mut<T: DType>(v: &mut [T]) -> &mut [u8] {
+    // SAFETY: DType is sealed to plain-old-data types valid for every bit pattern.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v)) }
+}

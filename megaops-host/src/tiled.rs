@@ -1,0 +1,280 @@
+//! [`Tiled`]: a tensor, its data tiling (in the type) and its data-tile semaphores.
+
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::notes::{HostDim, TensorNote};
+use crate::tensor::Tensor;
+use crate::tiling::{device_dims, resolve, DataTiling};
+use megaops_device::sync::tiling::signals_received;
+use megaops_device::sync::{TileSync, EPOCH_STRIDE, MAX_RANK};
+
+/// The producer side of the protocol as the tensor remembers it: the kernel tile per
+/// dimension (0 = whole) and the split factor, so consumers' targets and error reports
+/// are derived, never typed by hand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerTiling {
+    /// Producer kernel tile size per dimension (0 = the whole dimension).
+    pub ktile: [u32; MAX_RANK],
+    /// Producer kernel tiles per output tile (split-K), ≥ 1.
+    pub split: u32,
+    /// Kernel that produced it.
+    pub kernel: &'static str,
+    /// Its launch id.
+    pub launch_id: u32,
+}
+
+/// Where a `Tiled` tensor is in its produce/consume cycle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for a producer; reading it is an error.
+    Armed,
+    /// A producer was launched: consumers wait on the semaphores.
+    Produced(ProducerTiling),
+    /// The data is already complete (built from existing data): consumers do not wait.
+    Complete,
+}
+
+/// A tensor between two kernels, split into data tiles that each carry an `i32`
+/// semaphore (an ordinary device tensor the user owns and may read). The data tiling `D`
+/// is part of the type: a consumer declared for another tiling does not compile.
+///
+/// Cycle: [`Tiled::new`] gives an *armed* tensor; launching a producer on it makes it
+/// *produced* (consumers launched afterwards wait for each data tile they read);
+/// [`Tiled::rearm`] starts the next cycle once the previous contents are no longer
+/// needed. Semaphores are never reset: each cycle (epoch) adds [`EPOCH_STRIDE`] to every
+/// semaphore, so re-arming is free and works inside CUDA graphs.
+pub struct Tiled<T: DType, D: DataTiling> {
+    data: Tensor<T>,
+    sema: Tensor<i32>,
+    tables: Vec<Option<Tensor<u32>>>,
+    tiling: D,
+    dims: Vec<HostDim>,
+    id: u32,
+    name: String,
+    epoch: u32,
+    phase: Phase,
+}
+
+impl<T: DType, D: DataTiling> Tiled<T, D> {
+    /// A new armed tensor of `shape` (data uninitialised on the GPU) with zeroed
+    /// semaphores. `name` appears in error messages.
+    pub fn new(device: &Device, shape: &[usize], tiling: D, name: &str) -> Result<Self> {
+        let data = Tensor::empty(device, shape)?;
+        Self::assemble(data, None, tiling, name, Phase::Armed)
+    }
+
+    /// Wraps a tensor whose data is already complete (e.g. uploaded): consumers read it
+    /// without waiting until it is re-armed and produced again.
+    pub fn complete(data: Tensor<T>, tiling: D, name: &str) -> Result<Self> {
+        Self::assemble(data, None, tiling, name, Phase::Complete)
+    }
+
+    /// An armed tensor over existing data and a semaphore tensor the caller owns. The
+    /// semaphores must number exactly one per data tile and all hold the same multiple of
+    /// [`EPOCH_STRIDE`] (zero for fresh ones); this reads them to check.
+    pub fn with_semaphores(data: Tensor<T>, semaphores: Tensor<i32>, tiling: D, name: &str) -> Result<Self> {
+        Self::assemble(data, Some(semaphores), tiling, name, Phase::Armed)
+    }
+
+    fn assemble(data: Tensor<T>, sema: Option<Tensor<i32>>, tiling: D, name: &str, phase: Phase) -> Result<Self> {
+        #[allow(clippy::let_unit_value)]
+        let () = D::CHECK;
+        let device = data.device().clone();
+        let dims = resolve(&tiling, data.shape())?;
+        let n = dims.iter().map(HostDim::count).product::<u32>() as usize;
+        let mut epoch = 0;
+        let sema = match sema {
+            None => Tensor::zeros(&device, &[n.max(1)])?,
+            Some(s) => {
+                if s.numel() != n {
+                    return Err(Error::Tiling(format!(
+                        "`{name}`: {} cuts shape {:?} into {n} data tiles, but its semaphore tensor has {} entries",
+                        tiling.describe(),
+                        data.shape(),
+                        s.numel()
+                    )));
+                }
+                let values = s.to_vec()?;
+                let first = values.first().copied().unwrap_or(0);
+                if values.iter().any(|&v| v != first) || first % EPOCH_STRIDE != 0 {
+                    return Err(Error::Tiling(format!(
+                        "`{name}`: semaphores must all hold the same multiple of {EPOCH_STRIDE} (zero when fresh); found {:?}…",
+                        &values[..values.len().min(8)]
+                    )));
+                }
+                epoch = (first / EPOCH_STRIDE) as u32;
+                s
+            }
+        };
+        let tables = dims
+            .iter()
+            .map(|d| (d.tile == 0).then(|| Tensor::from_slice(&device, &[d.bounds.len()], &d.bounds)).transpose())
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Tiled { data, sema, tables, tiling, dims, id: device.next_tensor_id(), name: name.to_string(), epoch, phase })
+    }
+
+    /// The data.
+    pub fn tensor(&self) -> &Tensor<T> {
+        &self.data
+    }
+
+    /// The semaphores, one `i32` per data tile, row-major over the data-tile grid.
+    pub fn semaphores(&self) -> &Tensor<i32> {
+        &self.sema
+    }
+
+    /// The data tiling.
+    pub fn tiling(&self) -> &D {
+        &self.tiling
+    }
+
+    /// Shape of the data.
+    pub fn shape(&self) -> &[usize] {
+        self.data.shape()
+    }
+
+    /// Name used in messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Current epoch (number of completed re-arms since the semaphores were zero).
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// Where it is in its cycle.
+    pub fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// Number of data tiles along each dimension.
+    pub fn data_tile_counts(&self) -> Vec<u32> {
+        self.dims.iter().map(HostDim::count).collect()
+    }
+
+    /// Starts the next cycle: the next producer may write it again. Call it when no
+    /// consumer of the current contents remains to be launched.
+    pub fn rearm(&mut self) {
+        if let Phase::Produced(_) = self.phase {
+            self.epoch = self.epoch.wrapping_add(1);
+        }
+        self.phase = Phase::Armed;
+    }
+
+    /// Copies the data to the host (waits for all queued work).
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        self.data.to_vec()
+    }
+
+    /// Per data tile: `(signals received, signals expected)` in the current cycle, read
+    /// from the semaphores (waits for queued work) — the debugging view of a hang.
+    pub fn progress(&self) -> Result<Vec<(u32, u32)>> {
+        let values = self.sema.to_vec()?;
+        let Phase::Produced(p) = &self.phase else {
+            return Ok(values.iter().map(|_| (0, 0)).collect());
+        };
+        let counts = self.data_tile_counts();
+        let dims = device_dims(&self.dims, &[]);
+        let host_dims: Vec<_> = self.dims.iter().map(HostDim::as_dim).collect();
+        let mut with_bounds = dims;
+        for (d, h) in with_bounds.iter_mut().zip(&host_dims) {
+            *d = *h;
+        }
+        let ready = self.ready_value();
+        Ok(values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let c = crate::notes::tile_coords(i as u32, &counts);
+                let mut coords = [0u32; MAX_RANK];
+                coords[..c.len()].copy_from_slice(&c);
+                // SAFETY: host bounds live in self.dims for this call.
+                let target = unsafe {
+                    megaops_device::sync::tiling::target_of(&with_bounds, self.dims.len() as u32, &coords, &p.ktile, p.split)
+                };
+                (signals_received(v, ready, target), target)
+            })
+            .collect())
+    }
+
+    /// Semaphore value (serial-compared) at which a data tile of the current cycle is ready.
+    fn ready_value(&self) -> i32 {
+        (self.epoch.wrapping_add(1) as i32).wrapping_mul(EPOCH_STRIDE)
+    }
+
+    fn sync_block(&self, target: i32) -> TileSync {
+        let tables: Vec<u64> = self.tables.iter().map(|t| t.as_ref().map_or(0, Tensor::addr)).collect();
+        TileSync {
+            sema: self.sema.addr() as *mut i32,
+            tensor_id: self.id,
+            target,
+            rank: self.dims.len() as u32,
+            dims: device_dims(&self.dims, &tables),
+        }
+    }
+
+    pub(crate) fn consumer_sync(&self, kernel: &str, param: &str) -> Result<(TileSync, TensorNote)> {
+        match &self.phase {
+            Phase::Armed => Err(Error::Tiling(format!(
+                "`{kernel}` reads `{}` (parameter `{param}`) before any kernel produced it: launch its producer first, \
+                 or build it with `Tiled::complete` if its data is already there",
+                self.name
+            ))),
+            Phase::Complete => Ok((TileSync::NONE, self.note(None))),
+            Phase::Produced(p) => {
+                let ready = self.ready_value();
+                Ok((self.sync_block(ready), self.note(Some(p))))
+            }
+        }
+    }
+
+    pub(crate) fn producer_sync(&self, kernel: &str, param: &str) -> Result<TileSync> {
+        match &self.phase {
+            Phase::Armed => Ok(self.sync_block(0)),
+            Phase::Produced(p) => Err(Error::Tiling(format!(
+                "`{kernel}` writes `{}` (parameter `{param}`), which `{}` (launch {}) already produced in this cycle: \
+                 call `rearm()` on it once its consumers are launched",
+                self.name, p.kernel, p.launch_id
+            ))),
+            Phase::Complete => Err(Error::Tiling(format!(
+                "`{kernel}` writes `{}` (parameter `{param}`), which holds complete data: call `rearm()` on it first",
+                self.name
+            ))),
+        }
+    }
+
+    pub(crate) fn mark_produced(&mut self, p: ProducerTiling) {
+        self.phase = Phase::Produced(p);
+    }
+
+    pub(crate) fn note(&self, producer: Option<&ProducerTiling>) -> TensorNote {
+        TensorNote {
+            name: self.name.clone(),
+            dims: self.dims.clone(),
+            ready: self.ready_value(),
+            producer: producer.map(|p| (p.ktile, p.split)),
+        }
+    }
+
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+
+    pub(crate) fn buffers(&self) -> Vec<std::sync::Arc<crate::buffer::Buffer>> {
+        let mut v = vec![self.data.buffer().clone(), self.sema.buffer().clone()];
+        v.extend(self.tables.iter().flatten().map(|t| t.buffer().clone()));
+        v
+    }
+
+    pub(crate) fn host_dims(&self) -> &[HostDim] {
+        &self.dims
+    }
+}
+
+impl<T: DType, D: DataTiling> std::fmt::Debug for Tiled<T, D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tiled<{}, {}>`{}`{:?} ({:?}, epoch {})", T::NAME, self.tiling.describe(), self.name, self.shape(), self.phase, self.epoch)
+    }
+}
