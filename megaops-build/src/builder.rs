@@ -140,7 +140,7 @@ impl PtxBuilder {
         }
         cmd.env("CARGO_ENCODED_RUSTFLAGS", format!("-Ctarget-cpu={}", arch.name()))
             .env(INNER_BUILD_ENV, "1")
-            .env(LINKER_MODE_ENV, "1");
+            .env(LINKER_MODE_ENV, linker);
         let command = format!("{cmd:?}");
         let status = cmd.status().map_err(|source| BuildError::Spawn { program: tc.cargo.display().to_string(), source })?;
         if !status.success() {

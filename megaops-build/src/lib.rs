@@ -37,7 +37,8 @@ pub use toolchain::Toolchain;
 /// the device half of a kernel crate, so that build scripts do not recurse.
 pub const INNER_BUILD_ENV: &str = "MEGAOPS_PTX_INNER_BUILD";
 
-/// Environment variable that puts the build-script executable into linker mode.
+/// Environment variable naming the executable rustc calls as linker; that executable (the
+/// kernel crate's build script) runs in linker mode when it finds its own path there.
 pub const LINKER_MODE_ENV: &str = "MEGAOPS_PTX_LINKER";
 
 /// Environment variable listing the GPU architectures to build, comma separated

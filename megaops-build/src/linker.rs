@@ -68,7 +68,11 @@ impl LinkRequest {
 /// If this process was started by rustc as the PTX linker, links and exits; otherwise
 /// returns. Called first thing by [`crate::PtxBuilder::build`].
 pub fn run_if_linker() {
-    if std::env::var_os(crate::LINKER_MODE_ENV).is_none() {
+    // The nested build also runs build scripts (with the same environment), so linker
+    // mode is keyed to the exact executable rustc was told to call.
+    let Some(linker) = std::env::var_os(crate::LINKER_MODE_ENV) else { return };
+    let me = std::env::current_exe().ok();
+    if me.as_deref() != Some(std::path::Path::new(&linker)) {
         return;
     }
     let result = LinkRequest::parse(std::env::args_os().skip(1)).and_then(|req| {

@@ -1,0 +1,63 @@
+//! Kernels the MegaOps runtime launches itself (no `#[megaops::kernel]`: they are part of
+//! the protocol's machinery). Each is written once and compiled both to PTX and for the
+//! CPU backend.
+#![cfg_attr(target_arch = "nvptx64", no_std, feature(abi_ptx))]
+
+use megaops_device::sync::{wait_one, KernelCtx, WaitSite};
+use megaops_device::thread::{block_dim_x, block_idx_x, grid_dim_x, thread_idx_x};
+
+/// AsyncStream's wait kernel (paper §2.3): one thread holds the next launch on its stream
+/// until the previous launch has started a CTA, i.e. its begin flag reached `token`
+/// (serial-number comparison), so that earlier kernels get SMs first. Times out like a
+/// tile wait, naming the launch that never started.
+///
+/// # Safety
+/// `flag` is a valid device `i32`; `ctx` is a valid launch context.
+pub unsafe fn wait_begin(flag: *const i32, token: i32, ctx: KernelCtx) {
+    if thread_idx_x() != 0 {
+        return;
+    }
+    let site = WaitSite { sem: flag, target: token, launch_id: ctx.launch_id, tile: 0, tensor_id: 0, sem_index: 0 };
+    // SAFETY: caller's contract. A failed wait is recorded in the error log; the kernel
+    // then simply ends.
+    let _ = unsafe { wait_one(&ctx, &site) };
+}
+
+/// Writes `value` to `n` consecutive `u32`s (grid-stride loop). Used to poison outputs
+/// before tests and to fill tensors without a host copy.
+///
+/// # Safety
+/// `ptr` points to `n` writable `u32`s of device memory.
+pub unsafe fn fill_u32(ptr: *mut u32, n: u64, value: u32) {
+    let mut i = (block_idx_x() as u64) * block_dim_x() as u64 + thread_idx_x() as u64;
+    let stride = grid_dim_x() as u64 * block_dim_x() as u64;
+    while i < n {
+        // SAFETY: i < n (caller's contract).
+        unsafe { ptr.add(i as usize).write_volatile(value) };
+        i += stride;
+    }
+}
+
+/// PTX entries.
+#[cfg(target_arch = "nvptx64")]
+mod entries {
+    use super::*;
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn megaops_wait_begin(flag: *const i32, token: i32, ctx: KernelCtx) {
+        // SAFETY: the runtime passes a valid flag and context.
+        unsafe { wait_begin(flag, token, ctx) }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn megaops_fill_u32(ptr: *mut u32, n: u64, value: u32) {
+        // SAFETY: the runtime passes a buffer of n u32s.
+        unsafe { fill_u32(ptr, n, value) }
+    }
+}
+
+/// The embedded PTX, one module per architecture.
+#[cfg(not(target_arch = "nvptx64"))]
+pub mod ptx {
+    include!(concat!(env!("OUT_DIR"), "/megaops_ptx.rs"));
+}
