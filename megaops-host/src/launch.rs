@@ -13,7 +13,9 @@ use crate::module::PtxModule;
 use crate::notes::{LaunchNote, TensorNote};
 use crate::stream::{RawLaunch, Stream};
 use crate::tensor::Tensor;
-use crate::tiled::{ProducerTiling, Tiled};
+use crate::backend::cuda::lock;
+use crate::tiled::{ProducerTiling, Tiled, TiledState};
+use std::sync::Mutex;
 use crate::tiling::{DataTiling, Rank};
 use megaops_device::sync::tiling::{num_data_tiles, target_of};
 use megaops_device::sync::{CtaRemap, KernelCtx, TileSync, MAX_RANK, MAX_TARGET};
@@ -118,6 +120,26 @@ impl TileDim {
     }
 }
 
+/// How a launch uses one buffer (for AsyncStream's cross-stream hazard tracking).
+#[derive(Clone, Debug)]
+pub struct Access {
+    /// The buffer.
+    pub buffer: Arc<Buffer>,
+    /// Written (else only read).
+    pub write: bool,
+    /// Ordered by data-tile semaphores (a `Tiled` tensor), so read-after-write needs no
+    /// stream-level wait.
+    pub synced: bool,
+}
+
+/// A `Tiled` tensor a launch produces, as launch targets see it.
+#[derive(Clone)]
+pub struct TiledHandle {
+    pub(crate) state: Arc<Mutex<TiledState>>,
+    pub(crate) sema: Arc<Buffer>,
+    pub(crate) sema_count: usize,
+}
+
 /// A launch being assembled by a generated launcher.
 pub struct KernelLaunch<'a> {
     device: Device,
@@ -132,11 +154,13 @@ pub struct KernelLaunch<'a> {
     args: Vec<Vec<u8>>,
     syncs: Vec<TileSync>,
     buffers: Vec<Arc<Buffer>>,
+    accesses: Vec<Access>,
     tensors: Vec<(u32, TensorNote)>,
-    produced: Vec<(&'a mut dyn ProducedState, ProducerTiling)>,
+    produced: Vec<(TiledHandle, ProducerTiling)>,
 }
 
 /// A checked launch, ready for a [`LaunchTarget`].
+#[derive(Clone)]
 pub struct PreparedLaunch {
     /// Kernel name.
     pub kernel: &'static str,
@@ -155,10 +179,10 @@ pub struct PreparedLaunch {
     pub(crate) cpu: Arc<dyn Fn(&KernelCtx) + Send + Sync>,
     pub(crate) buffers: Vec<Arc<Buffer>>,
     pub(crate) note: LaunchNote,
-    /// Ids of `Tiled` tensors read and written (for AsyncStream's hazard tracking).
-    pub tiled_reads: Vec<u32>,
-    /// See `tiled_reads`.
-    pub tiled_writes: Vec<u32>,
+    /// Buffers read and written (for cross-stream hazard tracking).
+    pub accesses: Vec<Access>,
+    /// `Tiled` tensors this launch produces.
+    pub produced: Vec<TiledHandle>,
 }
 
 impl PreparedLaunch {
@@ -178,8 +202,8 @@ impl PreparedLaunch {
         Arc::new(move || body(&ctx))
     }
 
-    /// Launches on one stream.
-    pub(crate) fn launch_on(&self, stream: &Stream) -> Result<()> {
+    /// Launches on one stream; returns the event recorded after it.
+    pub(crate) fn launch_on(&self, stream: &Stream) -> Result<Arc<crate::stream::Event>> {
         let params = self.params();
         let raw = RawLaunch {
             kernel: self.kernel,
@@ -202,18 +226,6 @@ fn value_bytes<V: Copy>(v: &V) -> Vec<u8> {
     unsafe { std::slice::from_raw_parts(v as *const V as *const u8, size_of::<V>()) }.to_vec()
 }
 
-/// The state change a successful launch applies to a produced `Tiled` tensor.
-pub trait ProducedState {
-    /// Records the producer.
-    fn set_produced(&mut self, p: ProducerTiling);
-}
-
-impl<T: DType, D: DataTiling> ProducedState for Tiled<T, D> {
-    fn set_produced(&mut self, p: ProducerTiling) {
-        self.mark_produced(p);
-    }
-}
-
 impl<'a> KernelLaunch<'a> {
     /// Starts a launch of `entry` (tile config entry) of `kernel`.
     pub fn new(device: &Device, kernel: &'static str, module: &'static PtxModule, entry: &'static str, opts: &'a LaunchOptions) -> Self {
@@ -230,6 +242,7 @@ impl<'a> KernelLaunch<'a> {
             args: Vec::new(),
             syncs: Vec::new(),
             buffers: Vec::new(),
+            accesses: Vec::new(),
             tensors: Vec::new(),
             produced: Vec::new(),
         }
@@ -311,8 +324,13 @@ impl<'a> KernelLaunch<'a> {
 
     /// Binds a plain pointer parameter (read-only).
     pub fn ptr<T: DType>(&mut self, param: &str, x: &Tensor<T>) -> Result<u64> {
+        self.bind_plain(param, x, false)
+    }
+
+    fn bind_plain<T: DType>(&mut self, param: &str, x: &Tensor<T>, write: bool) -> Result<u64> {
         self.check_device(param, x.device())?;
         self.buffers.push(x.buffer().clone());
+        self.accesses.push(Access { buffer: x.buffer().clone(), write, synced: false });
         self.args.push(value_bytes(&x.addr()));
         Ok(x.addr())
     }
@@ -324,6 +342,7 @@ impl<'a> KernelLaunch<'a> {
         self.check_device(param, &b.device)?;
         self.check_shape(param, &b.shape, shape)?;
         let _ = tile;
+        self.accesses.push(Access { buffer: b.data.clone(), write: false, synced: b.sync.is_active() });
         self.buffers.extend(b.buffers);
         self.args.push(value_bytes(&b.addr));
         self.syncs.push(b.sync);
@@ -338,7 +357,7 @@ impl<'a> KernelLaunch<'a> {
     pub fn output<T: DType, R: Rank, X: AsOutput<T, R> + ?Sized>(
         &mut self,
         param: &str,
-        x: &'a mut X,
+        x: &mut X,
         shape: &[u64],
         tile: &[TileDim],
         split_axis: Option<usize>,
@@ -366,22 +385,26 @@ impl<'a> KernelLaunch<'a> {
             Some(a) => *self.tile_grid.get(a).ok_or_else(|| self.err("split axis outside the grid"))?,
             None => 1,
         };
-        self.buffers.extend(b.buffers);
-        self.args.push(value_bytes(&b.addr));
-        self.syncs.push(b.sync);
         if b.sync.is_active() {
             check_targets(self.kernel, param, &b.sync, &ktile, split)?;
         }
-        if let Some(state) = b.state {
+        self.accesses.push(Access { buffer: b.data.clone(), write: true, synced: b.tiled.is_some() });
+        self.buffers.extend(b.buffers);
+        self.args.push(value_bytes(&b.addr));
+        self.syncs.push(b.sync);
+        if let Some(handle) = b.tiled {
             let producer = ProducerTiling { ktile, split, kernel: self.kernel, launch_id: 0 };
-            self.produced.push((state, producer));
+            self.produced.push((handle, producer));
+        }
+        if let Some((id, note)) = b.note {
+            self.tensors.push((id, note));
         }
         Ok((b.addr, b.sync))
     }
 
     /// Binds a plain mutable pointer parameter.
     pub fn ptr_mut<T: DType>(&mut self, param: &str, x: &mut Tensor<T>) -> Result<u64> {
-        self.ptr(param, x)
+        self.bind_plain(param, x, true)
     }
 
     /// Checks geometry, builds the context, and submits to `target`. `cpu` is the
@@ -429,8 +452,6 @@ impl<'a> KernelLaunch<'a> {
             timeout_ns: timeout.as_nanos().min(u64::MAX as u128) as u64,
             errors: self.device.error_log_addr() as *mut _,
         };
-        let tiled_reads = self.tensors.iter().map(|(id, _)| *id).collect();
-        let tiled_writes = Vec::new();
         let note = LaunchNote { kernel: self.kernel.to_string(), tile_grid: self.tile_grid.clone(), tensors: self.tensors, waits_for: None };
         let prepared = PreparedLaunch {
             kernel: self.kernel,
@@ -445,19 +466,20 @@ impl<'a> KernelLaunch<'a> {
             cpu: Arc::new(cpu),
             buffers,
             note,
-            tiled_reads,
-            tiled_writes,
+            accesses: self.accesses,
+            produced: self.produced.iter().map(|(h, _)| h.clone()).collect(),
         };
         if num_tiles == 0 {
-            // Nothing to compute (an empty dimension): no launch, outputs are complete.
-            for (state, p) in self.produced {
-                state.set_produced(ProducerTiling { launch_id, ..p });
+            // Nothing to compute (an empty dimension): no launch; the (empty) outputs
+            // are complete.
+            for (h, _) in &self.produced {
+                lock(&h.state).phase = crate::tiled::Phase::Complete;
             }
             return Ok(());
         }
         let id = target.submit(prepared)?;
-        for (state, p) in self.produced {
-            state.set_produced(ProducerTiling { launch_id: id, ..p });
+        for (h, p) in self.produced {
+            lock(&h.state).phase = crate::tiled::Phase::Produced(ProducerTiling { launch_id: id, ..p });
         }
         Ok(())
     }
@@ -529,9 +551,11 @@ impl LaunchTarget for Stream {
 }
 
 /// What binding an argument yields.
-pub struct Binding<'a> {
+pub struct Binding {
     /// Device address of the first element.
     pub addr: u64,
+    /// The data buffer.
+    pub data: Arc<Buffer>,
     /// Shape.
     pub shape: Vec<usize>,
     /// Device.
@@ -542,8 +566,8 @@ pub struct Binding<'a> {
     pub buffers: Vec<Arc<Buffer>>,
     /// For messages: tensor id and note.
     pub note: Option<(u32, TensorNote)>,
-    /// For outputs: the tensor to mark produced.
-    pub state: Option<&'a mut dyn ProducedState>,
+    /// For `Tiled` outputs: the tensor's protocol state.
+    pub tiled: Option<TiledHandle>,
 }
 
 /// An argument a kernel can read as a synchronised input of element type `T` and rank
@@ -556,7 +580,7 @@ pub struct Binding<'a> {
 )]
 pub trait AsInput<T: DType, R: Rank> {
     /// Binds for reading.
-    fn bind_input(&self, kernel: &str, param: &str) -> Result<Binding<'_>>;
+    fn bind_input(&self, kernel: &str, param: &str) -> Result<Binding>;
 }
 
 /// An argument a kernel can write as a synchronised output of element type `T` and rank `R`.
@@ -567,52 +591,63 @@ pub trait AsInput<T: DType, R: Rank> {
 )]
 pub trait AsOutput<T: DType, R: Rank> {
     /// Binds for writing.
-    fn bind_output(&mut self, kernel: &str, param: &str) -> Result<Binding<'_>>;
+    fn bind_output(&mut self, kernel: &str, param: &str) -> Result<Binding>;
 }
 
-fn plain_binding<'a, T: DType>(t: &Tensor<T>) -> Binding<'a> {
-    Binding { addr: t.addr(), shape: t.shape().to_vec(), device: t.device().clone(), sync: TileSync::NONE, buffers: vec![t.buffer().clone()], note: None, state: None }
+fn plain_binding<T: DType>(t: &Tensor<T>) -> Binding {
+    Binding {
+        addr: t.addr(),
+        data: t.buffer().clone(),
+        shape: t.shape().to_vec(),
+        device: t.device().clone(),
+        sync: TileSync::NONE,
+        buffers: vec![t.buffer().clone()],
+        note: None,
+        tiled: None,
+    }
 }
 
 impl<T: DType, R: Rank> AsInput<T, R> for Tensor<T> {
-    fn bind_input(&self, _: &str, _: &str) -> Result<Binding<'_>> {
+    fn bind_input(&self, _: &str, _: &str) -> Result<Binding> {
         Ok(plain_binding(self))
     }
 }
 
 impl<T: DType, R: Rank> AsOutput<T, R> for Tensor<T> {
-    fn bind_output(&mut self, _: &str, _: &str) -> Result<Binding<'_>> {
+    fn bind_output(&mut self, _: &str, _: &str) -> Result<Binding> {
         Ok(plain_binding(self))
     }
 }
 
 impl<T: DType, D: DataTiling> AsInput<T, D::Rank> for Tiled<T, D> {
-    fn bind_input(&self, kernel: &str, param: &str) -> Result<Binding<'_>> {
+    fn bind_input(&self, kernel: &str, param: &str) -> Result<Binding> {
         let (sync, note) = self.consumer_sync(kernel, param)?;
         Ok(Binding {
             addr: self.tensor().addr(),
+            data: self.tensor().buffer().clone(),
             shape: self.shape().to_vec(),
             device: self.tensor().device().clone(),
             sync,
             buffers: self.buffers(),
             note: Some((self.id(), note)),
-            state: None,
+            tiled: None,
         })
     }
 }
 
 impl<T: DType, D: DataTiling> AsOutput<T, D::Rank> for Tiled<T, D> {
-    fn bind_output(&mut self, kernel: &str, param: &str) -> Result<Binding<'_>> {
+    fn bind_output(&mut self, kernel: &str, param: &str) -> Result<Binding> {
         let sync = self.producer_sync(kernel, param)?;
-        let note = self.note(None);
+        let note = self.note(self.epoch(), None);
         Ok(Binding {
             addr: self.tensor().addr(),
+            data: self.tensor().buffer().clone(),
             shape: self.shape().to_vec(),
             device: self.tensor().device().clone(),
             sync,
             buffers: self.buffers(),
             note: Some((self.id(), note)),
-            state: Some(self),
+            tiled: Some(TiledHandle { state: self.state().clone(), sema: self.semaphores().buffer().clone(), sema_count: self.semaphore_count() }),
         })
     }
 }

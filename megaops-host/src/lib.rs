@@ -7,20 +7,26 @@
 //! - [`Stream`], [`Event`]: ordered device work; [`launch`]: the typed launch machinery
 //!   `#[megaops::kernel]` generates launchers against.
 
+mod async_stream;
 mod backend;
 mod buffer;
 mod device;
 mod dtype;
 mod error;
+mod graph;
 pub mod launch;
 mod module;
 mod notes;
+mod runtime;
 mod stream;
 mod tensor;
 mod tiled;
+pub mod testing;
 pub mod tiling;
 
+pub use async_stream::AsyncStream;
 pub use backend::BackendKind;
+pub use graph::Graph;
 pub use buffer::Buffer;
 pub use device::{Device, DEFAULT_WAIT_TIMEOUT};
 pub use dtype::{DType, DeviceValue};

@@ -28,7 +28,7 @@ pub(crate) enum RawStream {
 #[derive(Default)]
 struct Inflight {
     /// Buffers of launches whose completion is not yet known, with the event after them.
-    pending: VecDeque<(Event, Vec<Arc<Buffer>>)>,
+    pending: VecDeque<(Arc<Event>, Vec<Arc<Buffer>>)>,
     /// While a graph is being captured, buffers are retained here instead.
     captured: Option<Vec<Arc<Buffer>>>,
 }
@@ -129,8 +129,9 @@ impl Stream {
         self.wait_event(&other.record_event()?)
     }
 
-    /// Launches a kernel and keeps `buffers` alive until it is done.
-    pub(crate) fn launch_raw(&self, l: &RawLaunch<'_>, buffers: Vec<Arc<Buffer>>) -> Result<()> {
+    /// Launches a kernel, records an event after it (returned) and keeps `buffers` alive
+    /// until that event completes (or, during a graph capture, as long as the graph).
+    pub(crate) fn launch_raw(&self, l: &RawLaunch<'_>, buffers: Vec<Arc<Buffer>>) -> Result<Arc<Event>> {
         match (&self.raw, self.device.backend()) {
             (RawStream::Cuda(s), DeviceBackend::Cuda(c)) => {
                 let f = c.function(l.module, l.entry, l.dynamic_smem)?;
@@ -166,27 +167,38 @@ impl Stream {
             }
             _ => return Err(Error::Invalid("stream and device backends differ".into())),
         }
-        self.retain(buffers)
+        let event = Arc::new(self.record_marker()?);
+        self.retain(buffers, &event);
+        Ok(event)
     }
 
-    /// Keeps buffers alive until the work queued so far is done.
-    pub(crate) fn retain(&self, buffers: Vec<Arc<Buffer>>) -> Result<()> {
-        if buffers.is_empty() {
-            return Ok(());
-        }
+    /// Keeps buffers alive until `event` (recorded after the work that uses them) completes.
+    pub(crate) fn retain(&self, buffers: Vec<Arc<Buffer>>, event: &Arc<Event>) {
         let mut inflight = lock(&self.inflight);
         if let Some(captured) = inflight.captured.as_mut() {
             captured.extend(buffers);
-            return Ok(());
+            return;
         }
         // Drop what finished; then mark the new work.
         while inflight.pending.front().is_some_and(|(e, _)| e.is_complete()) {
             inflight.pending.pop_front();
         }
-        drop(inflight);
-        let event = self.record_event()?;
-        lock(&self.inflight).pending.push_back((event, buffers));
-        Ok(())
+        if !buffers.is_empty() {
+            inflight.pending.push_back((event.clone(), buffers));
+        }
+    }
+
+    /// Records an event without timing (cheaper), for ordering and retention.
+    pub(crate) fn record_marker(&self) -> Result<Event> {
+        match &self.raw {
+            RawStream::Cuda(s) => Ok(Event {
+                device: self.device.clone(),
+                raw: RawEvent::Cuda(
+                    s.record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)).ctx(|| "recording an event".into())?,
+                ),
+            }),
+            RawStream::Cpu(_) => self.record_event(),
+        }
     }
 
     /// Starts retaining buffers for a graph capture instead of tracking them by events.

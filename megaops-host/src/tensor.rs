@@ -153,3 +153,15 @@ pub(crate) fn as_bytes_mut<T: DType>(v: &mut [T]) -> &mut [u8] {
     // SAFETY: DType is sealed to plain-old-data types valid for every bit pattern.
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v)) }
 }
+
+impl<T: DType> Tensor<T> {
+    /// Fills the tensor with the bit pattern `word` repeated (e.g. `0xFFFF_FFFF` poisons
+    /// f32/bf16 data with NaNs) by a kernel on `stream`, without a host copy. The byte
+    /// size must be a multiple of 4.
+    pub fn fill_bits_on(&self, stream: &crate::Stream, word: u32) -> Result<()> {
+        if self.size_bytes() % 4 != 0 {
+            return Err(Error::Shape(format!("fill_bits_on needs a multiple of 4 bytes; {:?} has {}", self.shape, self.size_bytes())));
+        }
+        crate::runtime::fill_words(stream, self.addr(), (self.size_bytes() / 4) as u64, word, self.buf.clone()).map(|_| ())
+    }
+}

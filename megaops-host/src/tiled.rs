@@ -8,6 +8,8 @@ use crate::tensor::Tensor;
 use crate::tiling::{device_dims, resolve, DataTiling};
 use megaops_device::sync::tiling::signals_received;
 use megaops_device::sync::{TileSync, EPOCH_STRIDE, MAX_RANK};
+use crate::backend::cuda::lock;
+use std::sync::{Arc, Mutex};
 
 /// The producer side of the protocol as the tensor remembers it: the kernel tile per
 /// dimension (0 = whole) and the split factor, so consumers' targets and error reports
@@ -52,8 +54,15 @@ pub struct Tiled<T: DType, D: DataTiling> {
     dims: Vec<HostDim>,
     id: u32,
     name: String,
-    epoch: u32,
-    phase: Phase,
+    state: Arc<Mutex<TiledState>>,
+}
+
+/// The protocol state of a `Tiled` tensor, shared with launch targets that must restore
+/// it (graph capture).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TiledState {
+    pub epoch: u32,
+    pub phase: Phase,
 }
 
 impl<T: DType, D: DataTiling> Tiled<T, D> {
@@ -111,7 +120,8 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
             .iter()
             .map(|d| (d.tile == 0).then(|| Tensor::from_slice(&device, &[d.bounds.len()], &d.bounds)).transpose())
             .collect::<Result<Vec<_>>>()?;
-        Ok(Tiled { data, sema, tables, tiling, dims, id: device.next_tensor_id(), name: name.to_string(), epoch, phase })
+        let state = Arc::new(Mutex::new(TiledState { epoch, phase }));
+        Ok(Tiled { data, sema, tables, tiling, dims, id: device.next_tensor_id(), name: name.to_string(), state })
     }
 
     /// The data.
@@ -141,12 +151,12 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
 
     /// Current epoch (number of completed re-arms since the semaphores were zero).
     pub fn epoch(&self) -> u32 {
-        self.epoch
+        lock(&self.state).epoch
     }
 
     /// Where it is in its cycle.
-    pub fn phase(&self) -> &Phase {
-        &self.phase
+    pub fn phase(&self) -> Phase {
+        lock(&self.state).phase.clone()
     }
 
     /// Number of data tiles along each dimension.
@@ -157,10 +167,11 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
     /// Starts the next cycle: the next producer may write it again. Call it when no
     /// consumer of the current contents remains to be launched.
     pub fn rearm(&mut self) {
-        if let Phase::Produced(_) = self.phase {
-            self.epoch = self.epoch.wrapping_add(1);
+        let mut st = lock(&self.state);
+        if let Phase::Produced(_) = st.phase {
+            st.epoch = st.epoch.wrapping_add(1);
         }
-        self.phase = Phase::Armed;
+        st.phase = Phase::Armed;
     }
 
     /// Copies the data to the host (waits for all queued work).
@@ -172,17 +183,17 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
     /// from the semaphores (waits for queued work) — the debugging view of a hang.
     pub fn progress(&self) -> Result<Vec<(u32, u32)>> {
         let values = self.sema.to_vec()?;
-        let Phase::Produced(p) = &self.phase else {
+        let st = lock(&self.state).clone();
+        let Phase::Produced(p) = &st.phase else {
             return Ok(values.iter().map(|_| (0, 0)).collect());
         };
         let counts = self.data_tile_counts();
-        let dims = device_dims(&self.dims, &[]);
-        let host_dims: Vec<_> = self.dims.iter().map(HostDim::as_dim).collect();
-        let mut with_bounds = dims;
-        for (d, h) in with_bounds.iter_mut().zip(&host_dims) {
-            *d = *h;
+        // Host view of the tiling (bounds tables point into self.dims).
+        let mut with_bounds = device_dims(&self.dims, &[]);
+        for (d, h) in with_bounds.iter_mut().zip(&self.dims) {
+            *d = h.as_dim();
         }
-        let ready = self.ready_value();
+        let ready = ready_value(st.epoch);
         Ok(values
             .iter()
             .enumerate()
@@ -199,10 +210,6 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
             .collect())
     }
 
-    /// Semaphore value (serial-compared) at which a data tile of the current cycle is ready.
-    fn ready_value(&self) -> i32 {
-        (self.epoch.wrapping_add(1) as i32).wrapping_mul(EPOCH_STRIDE)
-    }
 
     fn sync_block(&self, target: i32) -> TileSync {
         let tables: Vec<u64> = self.tables.iter().map(|t| t.as_ref().map_or(0, Tensor::addr)).collect();
@@ -216,22 +223,20 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
     }
 
     pub(crate) fn consumer_sync(&self, kernel: &str, param: &str) -> Result<(TileSync, TensorNote)> {
-        match &self.phase {
+        let st = lock(&self.state).clone();
+        match &st.phase {
             Phase::Armed => Err(Error::Tiling(format!(
                 "`{kernel}` reads `{}` (parameter `{param}`) before any kernel produced it: launch its producer first, \
                  or build it with `Tiled::complete` if its data is already there",
                 self.name
             ))),
-            Phase::Complete => Ok((TileSync::NONE, self.note(None))),
-            Phase::Produced(p) => {
-                let ready = self.ready_value();
-                Ok((self.sync_block(ready), self.note(Some(p))))
-            }
+            Phase::Complete => Ok((TileSync::NONE, self.note(st.epoch, None))),
+            Phase::Produced(p) => Ok((self.sync_block(ready_value(st.epoch)), self.note(st.epoch, Some(p)))),
         }
     }
 
     pub(crate) fn producer_sync(&self, kernel: &str, param: &str) -> Result<TileSync> {
-        match &self.phase {
+        match &lock(&self.state).phase {
             Phase::Armed => Ok(self.sync_block(0)),
             Phase::Produced(p) => Err(Error::Tiling(format!(
                 "`{kernel}` writes `{}` (parameter `{param}`), which `{}` (launch {}) already produced in this cycle: \
@@ -245,15 +250,15 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
         }
     }
 
-    pub(crate) fn mark_produced(&mut self, p: ProducerTiling) {
-        self.phase = Phase::Produced(p);
+    pub(crate) fn state(&self) -> &Arc<Mutex<TiledState>> {
+        &self.state
     }
 
-    pub(crate) fn note(&self, producer: Option<&ProducerTiling>) -> TensorNote {
+    pub(crate) fn note(&self, epoch: u32, producer: Option<&ProducerTiling>) -> TensorNote {
         TensorNote {
             name: self.name.clone(),
             dims: self.dims.clone(),
-            ready: self.ready_value(),
+            ready: ready_value(epoch),
             producer: producer.map(|p| (p.ktile, p.split)),
         }
     }
@@ -268,13 +273,19 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
         v
     }
 
-    pub(crate) fn host_dims(&self) -> &[HostDim] {
-        &self.dims
+    pub(crate) fn semaphore_count(&self) -> usize {
+        self.sema.numel()
     }
 }
 
 impl<T: DType, D: DataTiling> std::fmt::Debug for Tiled<T, D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Tiled<{}, {}>`{}`{:?} ({:?}, epoch {})", T::NAME, self.tiling.describe(), self.name, self.shape(), self.phase, self.epoch)
+        let st = lock(&self.state).clone();
+        write!(f, "Tiled<{}, {}>`{}`{:?} ({:?}, epoch {})", T::NAME, self.tiling.describe(), self.name, self.shape(), st.phase, st.epoch)
     }
+}
+
+/// Semaphore value (serial-compared) at which a data tile of epoch `epoch` is ready.
+pub(crate) fn ready_value(epoch: u32) -> i32 {
+    (epoch.wrapping_add(1) as i32).wrapping_mul(EPOCH_STRIDE)
 }

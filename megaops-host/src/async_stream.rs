@@ -1,0 +1,398 @@
+//! [`AsyncStream`]: MegaOps kernels on several CUDA streams, round-robin, with no
+//! barrier between dependent kernels (paper §2.3).
+//!
+//! Looks like one stream from outside. Inside:
+//! - **Ordering** between dependent MegaOps kernels comes only from data-tile semaphores.
+//!   Plain (unsynchronised) tensors get stream-level ordering automatically: a kernel that
+//!   reads a plain tensor written on another stream waits for that writer's event, and a
+//!   kernel that overwrites a buffer waits for earlier readers and writers on other
+//!   streams (for `Tiled` outputs: the readers of the previous cycle). So mixing MegaOps
+//!   kernels with unadapted ones is safe by default.
+//! - **Deadlock freedom**: before each launch, a wait kernel on the same stream holds it
+//!   until the previous launch has started a CTA (its `kernel_begin_cta` raised the begin
+//!   flag), so earlier kernels always get SMs first.
+//! - **Memory**: buffers a kernel uses stay alive until the event recorded after that
+//!   kernel completes (or as long as a captured graph), so nothing is reused while a kernel
+//!   that uses it may still run. With N streams round-robin, at most N kernels are in
+//!   flight (each stream is in order).
+//! - **Graphs**: [`AsyncStream::capture`] records a whole multi-stream program (fork/join)
+//!   into a replayable [`Graph`]; semaphores are re-armed by epochs and restored at the
+//!   end of each replay.
+//! - **No-overlap mode** ([`AsyncStream::serial`]) runs the very same kernels on one
+//!   stream, for ablations.
+
+use crate::backend::cuda::lock;
+use crate::buffer::Buffer;
+use crate::device::{Device, DeviceBackend};
+use crate::error::{CudaContext as _, Error, Result};
+use crate::graph::{Graph, GraphBody};
+use crate::launch::{LaunchTarget, PreparedLaunch, TiledHandle};
+use crate::notes::LaunchNote;
+use crate::runtime;
+use crate::stream::{Event, RawStream, Stream};
+use crate::tensor::Tensor;
+use crate::tiled::{Phase, TiledState};
+use megaops_device::sync::{CtaRemap, KernelCtx, EPOCH_STRIDE, MAX_RANK};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Several streams that run MegaOps kernels with tile-level overlap.
+pub struct AsyncStream {
+    device: Device,
+    streams: Vec<Stream>,
+    overlap: bool,
+    flag: Tensor<i32>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    launches: u64,
+    token: i32,
+    /// The previous launch: stream index, begin token, kernel.
+    prev: Option<(usize, i32, &'static str)>,
+    hazards: HashMap<u64, Hazard>,
+    capture: Option<Capture>,
+}
+
+/// Last writer and readers (per stream, latest event) of one buffer.
+#[derive(Default)]
+struct Hazard {
+    write: Option<(usize, Arc<Event>)>,
+    reads: Vec<(usize, Arc<Event>)>,
+}
+
+struct Capture {
+    /// Semaphore restores: the tensor's state before the capture touched it.
+    touched: Vec<(TiledHandle, TiledState)>,
+    /// CPU backend: the recorded program.
+    cpu_ops: Vec<CpuOp>,
+}
+
+/// One recorded operation of a CPU-backend capture; a replay submits the launches again
+/// through the AsyncStream (same stream choice, wait kernels and hazard waits).
+#[derive(Clone)]
+pub(crate) enum CpuOp {
+    /// A launch.
+    Launch(Arc<PreparedLaunch>),
+    /// After everything before it on every stream: set `words` words to `value`.
+    Fill { buffer: Arc<Buffer>, words: usize, value: i32 },
+}
+
+impl AsyncStream {
+    /// An AsyncStream over `streams` CUDA streams (≥ 1) on `device`.
+    pub fn new(device: &Device, streams: usize) -> Result<AsyncStream> {
+        if streams == 0 {
+            return Err(Error::Invalid("an AsyncStream needs at least one stream".into()));
+        }
+        Self::build(device, streams, true)
+    }
+
+    /// No-overlap mode: the same kernels on one stream, one after the other (kernel
+    /// barriers), without wait kernels. For ablations.
+    pub fn serial(device: &Device) -> Result<AsyncStream> {
+        Self::build(device, 1, false)
+    }
+
+    fn build(device: &Device, n: usize, overlap: bool) -> Result<AsyncStream> {
+        let streams = (0..n).map(|_| Stream::new(device)).collect::<Result<Vec<_>>>()?;
+        Ok(AsyncStream {
+            device: device.clone(),
+            streams,
+            overlap,
+            flag: Tensor::zeros(device, &[1])?,
+            inner: Mutex::new(Inner::default()),
+        })
+    }
+
+    /// Number of streams.
+    pub fn num_streams(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// True unless this is the no-overlap mode.
+    pub fn overlaps(&self) -> bool {
+        self.overlap
+    }
+
+    /// The underlying streams.
+    pub fn streams(&self) -> &[Stream] {
+        &self.streams
+    }
+
+    /// Makes all later MegaOps work wait for everything queued so far on `other`
+    /// (interop: unadapted kernels produced something MegaOps kernels read).
+    pub fn wait_on(&self, other: &Stream) -> Result<()> {
+        let e = other.record_marker()?;
+        self.streams.iter().try_for_each(|s| s.wait_event(&e))
+    }
+
+    /// Makes `other` wait for everything queued so far on this AsyncStream (interop:
+    /// unadapted kernels read what MegaOps kernels produced).
+    pub fn block(&self, other: &Stream) -> Result<()> {
+        for s in &self.streams {
+            other.wait_event(&s.record_marker()?)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for all queued work and reports tile-wait failures.
+    pub fn synchronize(&self) -> Result<()> {
+        for s in &self.streams {
+            s.synchronize()?;
+        }
+        let mut inner = lock(&self.inner);
+        inner.hazards.clear();
+        Ok(())
+    }
+
+    /// Records a whole program of launches on this AsyncStream into a replayable graph
+    /// (CUDA graph on a GPU; a recorded launch list on the CPU backend). Nothing runs
+    /// during the capture. Every replay starts from the semaphore state at capture time
+    /// and restores it at the end; `Tiled` tensors the graph produces are left
+    /// *complete* (readable without waiting) once a replay is done.
+    pub fn capture(&self, body: impl FnOnce(&AsyncStream) -> Result<()>) -> Result<Graph> {
+        // Everything before the capture must be done: captured launches do not order
+        // after eager work, and the begin flag is reset inside the graph.
+        self.synchronize()?;
+        {
+            let mut inner = lock(&self.inner);
+            if inner.capture.is_some() {
+                return Err(Error::Invalid("AsyncStream::capture cannot be nested".into()));
+            }
+            inner.capture = Some(Capture { touched: Vec::new(), cpu_ops: Vec::new() });
+            inner.prev = None;
+            inner.hazards.clear();
+        }
+        let result = self.capture_inner(body);
+        let mut inner = lock(&self.inner);
+        inner.prev = None;
+        inner.hazards.clear();
+        let capture = inner.capture.take();
+        drop(inner);
+        let (graph_body, buffers) = result?;
+        let capture = capture.ok_or_else(|| Error::Invalid("capture state lost".into()))?;
+        // Host state matches the device after a replay: restored semaphores, complete data.
+        for (h, before) in &capture.touched {
+            *lock(&h.state) = TiledState { epoch: before.epoch, phase: Phase::Complete };
+        }
+        let body = match graph_body {
+            Some(g) => GraphBody::Cuda(g),
+            None => GraphBody::Cpu(capture.cpu_ops),
+        };
+        Ok(Graph::new(self.device.clone(), body, buffers))
+    }
+
+    fn capture_inner(&self, body: impl FnOnce(&AsyncStream) -> Result<()>) -> Result<(Option<cudarc::driver::CudaGraph>, Vec<Arc<Buffer>>)> {
+        for s in &self.streams {
+            s.begin_capture_retention();
+        }
+        let cuda = matches!(self.device.backend(), DeviceBackend::Cuda(_));
+        if cuda {
+            let RawStream::Cuda(s0) = self.streams[0].raw() else { unreachable_backend()? };
+            s0.begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+                .ctx(|| "beginning a graph capture".into())?;
+            // Reset the begin flag inside the graph, then fork the other streams.
+            self.memset_d32(0, self.flag.addr(), 0, 1)?;
+            let fork = self.streams[0].record_marker()?;
+            for s in &self.streams[1..] {
+                s.wait_event(&fork)?;
+            }
+        } else {
+            self.record_cpu(CpuOp::Fill { buffer: self.flag.buffer().clone(), words: 1, value: 0 });
+        }
+        let run = body(self);
+        // Join, restore semaphores, end the capture — also when the body failed.
+        let finish = (|| -> Result<Option<cudarc::driver::CudaGraph>> {
+            let touched: Vec<(TiledHandle, TiledState)> =
+                lock(&self.inner).capture.as_ref().map(|c| c.touched.clone()).unwrap_or_default();
+            if cuda {
+                for s in &self.streams[1..] {
+                    self.streams[0].wait_event(&s.record_marker()?)?;
+                }
+                for (h, before) in &touched {
+                    let value = (before.epoch as i32).wrapping_mul(EPOCH_STRIDE);
+                    self.memset_d32(0, h.sema.addr(), value, h.sema_count)?;
+                }
+                let RawStream::Cuda(s0) = self.streams[0].raw() else { unreachable_backend()? };
+                let g = s0
+                    .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
+                    .ctx(|| "ending the graph capture".into())?
+                    .ok_or_else(|| Error::Invalid("the capture recorded an empty graph".into()))?;
+                Ok(Some(g))
+            } else {
+                for (h, before) in &touched {
+                    let value = (before.epoch as i32).wrapping_mul(EPOCH_STRIDE);
+                    self.record_cpu(CpuOp::Fill { buffer: h.sema.clone(), words: h.sema_count, value });
+                }
+                Ok(None)
+            }
+        })();
+        let mut buffers: Vec<Arc<Buffer>> = self.streams.iter().flat_map(|s| s.end_capture_retention()).collect();
+        buffers.push(self.flag.buffer().clone());
+        run?;
+        Ok((finish?, buffers))
+    }
+
+    fn record_cpu(&self, op: CpuOp) {
+        if let Some(c) = lock(&self.inner).capture.as_mut() {
+            c.cpu_ops.push(op);
+        }
+    }
+
+    fn memset_d32(&self, stream: usize, addr: u64, value: i32, words: usize) -> Result<()> {
+        let RawStream::Cuda(s) = self.streams[stream].raw() else { return unreachable_backend() };
+        // SAFETY: `addr` is a device buffer of at least `words` 32-bit words kept alive by
+        // the caller (semaphores of a Tiled tensor, or the begin flag).
+        unsafe { cudarc::driver::sys::cuMemsetD32Async(addr, value as u32, words, s.cu_stream()) }
+            .result()
+            .ctx(|| "enqueueing a 32-bit memset".into())
+    }
+
+    /// Stream-level waits a launch needs on stream `s` for its plain-tensor hazards.
+    fn hazard_waits(inner: &Inner, s: usize, launch: &PreparedLaunch) -> Vec<Arc<Event>> {
+        let mut waits: Vec<Arc<Event>> = Vec::new();
+        for a in &launch.accesses {
+            let Some(h) = inner.hazards.get(&a.buffer.addr()) else { continue };
+            let other = |(i, e): &(usize, Arc<Event>)| (*i != s).then(|| e.clone());
+            // Read-after-write needs a wait unless semaphores order it.
+            if !a.synced || a.write {
+                waits.extend(h.write.iter().filter_map(other));
+            }
+            // Write-after-read: earlier readers on other streams must be done.
+            if a.write {
+                waits.extend(h.reads.iter().filter_map(other));
+            }
+        }
+        waits
+    }
+
+    fn record_hazards(inner: &mut Inner, s: usize, launch: &PreparedLaunch, event: &Arc<Event>) {
+        for a in &launch.accesses {
+            let h = inner.hazards.entry(a.buffer.addr()).or_default();
+            if a.write {
+                h.write = Some((s, event.clone()));
+                h.reads.clear();
+            } else {
+                h.reads.retain(|(i, _)| *i != s);
+                h.reads.push((s, event.clone()));
+            }
+        }
+        if inner.capture.is_none() && inner.hazards.len() > 4096 {
+            inner.hazards.retain(|_, h| {
+                h.write.as_ref().is_some_and(|(_, e)| !e.is_complete()) || h.reads.iter().any(|(_, e)| !e.is_complete())
+            });
+        }
+    }
+}
+
+fn unreachable_backend<T>() -> Result<T> {
+    Err(Error::Invalid("stream and device backends differ".into()))
+}
+
+impl LaunchTarget for AsyncStream {
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn submit(&self, mut launch: PreparedLaunch) -> Result<u32> {
+        let mut inner = lock(&self.inner);
+        let n = self.streams.len();
+        let s = if self.overlap { (inner.launches % n as u64) as usize } else { 0 };
+        let stream = &self.streams[s];
+        let id = launch.ctx.launch_id;
+
+        // Hold the launch until the previous one started a CTA (different stream only).
+        let wait = match inner.prev {
+            Some((ps, token, prev_kernel)) if self.overlap && ps != s => {
+                let wait_id = self.device.next_launch_id();
+                let ctx = KernelCtx {
+                    begin_flag: std::ptr::null_mut(),
+                    begin_token: 0,
+                    launch_id: wait_id,
+                    remap: CtaRemap::IDENTITY,
+                    tile_grid: [1; MAX_RANK],
+                    num_tiles: 1,
+                    timeout_ns: launch.ctx.timeout_ns,
+                    errors: launch.ctx.errors,
+                };
+                self.device.notes().insert(
+                    wait_id,
+                    LaunchNote { kernel: launch.kernel.to_string(), tile_grid: vec![1], tensors: vec![], waits_for: Some(prev_kernel.to_string()) },
+                );
+                Some((token, ctx))
+            }
+            _ => None,
+        };
+        if self.overlap && n > 1 {
+            inner.token = inner.token.wrapping_add(1);
+            launch.ctx.begin_flag = self.flag.addr() as *mut i32;
+            launch.ctx.begin_token = inner.token;
+        }
+        self.device.notes().insert(id, launch.note.clone());
+
+        // Remember the pre-capture state of Tiled tensors first produced in a capture.
+        if let Some(c) = inner.capture.as_mut() {
+            for h in &launch.produced {
+                if !c.touched.iter().any(|(t, _)| Arc::ptr_eq(&t.state, &h.state)) {
+                    c.touched.push((h.clone(), lock(&h.state).clone()));
+                }
+            }
+        }
+
+        if let Some(c) = inner.capture.as_mut().filter(|_| !self.device.is_cuda()) {
+            // CPU backend: record only; a replay submits it again.
+            c.cpu_ops.push(CpuOp::Launch(Arc::new(launch)));
+            return Ok(id);
+        }
+
+        for e in Self::hazard_waits(&inner, s, &launch) {
+            stream.wait_event(&e)?;
+        }
+        if let Some((token, ctx)) = wait {
+            runtime::wait_begin(stream, &self.flag, token, ctx)?;
+        }
+        let event = launch.launch_on(stream)?;
+        Self::record_hazards(&mut inner, s, &launch, &event);
+        inner.prev = Some((s, inner.token, launch.kernel));
+        inner.launches += 1;
+        Ok(id)
+    }
+}
+
+impl AsyncStream {
+    /// Replays a CPU-backend recording (see [`Graph`]).
+    pub(crate) fn replay_cpu(&self, ops: &[CpuOp]) -> Result<()> {
+        lock(&self.inner).prev = None;
+        for op in ops {
+            match op {
+                CpuOp::Launch(l) => {
+                    let mut l = (**l).clone();
+                    l.ctx.begin_flag = std::ptr::null_mut();
+                    self.submit(l)?;
+                }
+                CpuOp::Fill { buffer, words, value } => {
+                    // After all streams: join them into stream 0, then fill in order.
+                    for s in &self.streams[1..] {
+                        self.streams[0].wait_event(&s.record_marker()?)?;
+                    }
+                    let addr = buffer.addr();
+                    let (words, value) = (*words, *value);
+                    let keep = buffer.clone();
+                    let RawStream::Cpu(id) = self.streams[0].raw() else { return unreachable_backend() };
+                    let DeviceBackend::Cpu(c) = self.device.backend() else { return unreachable_backend() };
+                    c.vgpu.enqueue(
+                        *id,
+                        Box::new(move || {
+                            let _keep = &keep;
+                            // SAFETY: `keep` holds the buffer of `words` words at `addr`.
+                            unsafe { std::slice::from_raw_parts_mut(addr as *mut i32, words) }.fill(value);
+                        }),
+                    );
+                }
+            }
+        }
+        lock(&self.inner).prev = None;
+        Ok(())
+    }
+}
