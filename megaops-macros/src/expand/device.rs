@@ -1,0 +1,125 @@
+//! The kernel body per tile config, emitted twice from one generator: as the PTX entry
+//! `<name>__cfg<i>` (nvptx64) and as the CPU-backend function
+//! `__megaops_cpu_<name>__cfg<i>` (host).
+//!
+//! ```text
+//! const BM: u32 = 64; ...                        // the config's constants
+//! kernel_begin_cta(&ctx);
+//! let tile = remap_tile(&ctx, block_idx_x());    // persistent: a loop over t += grid_dim_x()
+//! if tile >= ctx.num_tiles { return; }
+//! let [pid_m, pid_n, ..] = tile_coords(&ctx, tile);
+//! let region_a = [...]; let region_c = [...];    // element regions of the kernel tile
+//! let mut failed = false;
+//! let mut body = || unsafe { <statements, each input's wait before its first reader> };
+//! body();
+//! signal_output(&sync_c, &region_c, &ProducerTile { .. }, failed);
+//! ```
+
+use super::{Plan, config_consts, local, sync};
+use crate::paths;
+use proc_macro2::TokenStream;
+use quote::quote;
+
+/// Both targets' functions for every config.
+pub fn entries(plan: &Plan) -> TokenStream {
+    let k = plan.k;
+    let params = k.item.sig.inputs.iter();
+    let (ctx, kernel_ctx, tile_sync) = (
+        local("__megaops_ctx"),
+        paths::kernel_ctx(),
+        paths::tile_sync(),
+    );
+    let syncs: Vec<_> = plan.syncs.iter().map(|s| &s.sync_ident).collect();
+    let attrs = &k.attrs;
+    let vis = k.vis();
+    let params = quote!(#(#params,)* #ctx: #kernel_ctx, #(#syncs: #tile_sync),*);
+    let fns = k.configs.iter().enumerate().map(|(i, config)| {
+        let body = body(plan, config_consts(config));
+        let (entry, cpu) = (plan.entry_name(i), plan.cpu_name(i));
+        quote! {
+            #[cfg(target_arch = "nvptx64")]
+            #[unsafe(no_mangle)]
+            #[allow(non_snake_case, clippy::too_many_arguments)]
+            #(#attrs)*
+            pub unsafe extern "ptx-kernel" fn #entry(#params) {
+                #body
+            }
+
+            #[cfg(not(target_arch = "nvptx64"))]
+            #[doc(hidden)]
+            #[allow(non_snake_case, clippy::too_many_arguments)]
+            #(#attrs)*
+            #vis unsafe fn #cpu(#params) {
+                #body
+            }
+        }
+    });
+    quote!(#(#fns)*)
+}
+
+/// The body of one config's entry.
+pub fn body(plan: &Plan, consts: TokenStream) -> TokenStream {
+    let (ctx, tile, t) = (
+        local("__megaops_ctx"),
+        local("__megaops_tile"),
+        local("__megaops_t"),
+    );
+    let (begin, remap) = (paths::kernel_begin_cta(), paths::remap_tile());
+    let (block_idx_x, grid_dim_x) = (paths::block_idx_x(), paths::grid_dim_x());
+    let per_tile = tile_body(plan);
+    let schedule = if plan.k.persistent {
+        quote! {
+            let mut #t = #block_idx_x();
+            while #t < #ctx.num_tiles {
+                // SAFETY: t < num_tiles, the length of a remap table.
+                let #tile = unsafe { #remap(&#ctx, #t) };
+                #per_tile
+                #t += #grid_dim_x();
+            }
+        }
+    } else {
+        quote! {
+            // SAFETY: the launch has num_tiles CTAs; a remap table has num_tiles entries.
+            let #tile = unsafe { #remap(&#ctx, #block_idx_x()) };
+            if #tile >= #ctx.num_tiles {
+                return;
+            }
+            #per_tile
+        }
+    };
+    quote! {
+        #consts
+        // SAFETY: the launcher passes a null or valid begin flag.
+        unsafe { #begin(&#ctx) };
+        #schedule
+    }
+}
+
+/// One kernel tile: coordinates, regions, the user's statements with waits, signals.
+fn tile_body(plan: &Plan) -> TokenStream {
+    let (ctx, tile, failed, run) = (
+        local("__megaops_ctx"),
+        local("__megaops_tile"),
+        local("__megaops_failed"),
+        local("__megaops_body"),
+    );
+    let tile_coords = paths::tile_coords();
+    let axes = plan.axes.iter().map(|a| &a.name);
+    let regions = sync::regions(plan);
+    let stmts = sync::body_with_waits(plan);
+    let signals = sync::signals(plan);
+    quote! {
+        let [#(#axes,)* ..] = #tile_coords(&#ctx, #tile);
+        #regions
+        #[allow(unused_mut, unused_variables, unused_assignments)]
+        let mut #failed = false;
+        // A closure, so that a `return` in the body ends the tile, not the CTA: every
+        // thread still reaches the signal barrier below.
+        #[allow(unused_unsafe, unused_mut, clippy::redundant_closure_call)]
+        let mut #run = || unsafe {
+            #stmts
+        };
+        #run();
+        #signals
+    }
+}

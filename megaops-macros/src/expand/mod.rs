@@ -1,0 +1,161 @@
+//! Expansion of a validated kernel: per tile config a device entry (nvptx64) and a
+//! CPU-backend function (host) sharing one body generator ([`device`]), the
+//! synchronisation woven into that body ([`sync`]), and the typed host launcher module
+//! ([`launcher`]).
+//!
+//! Nothing here reports user errors: [`crate::valid`] checked everything first. Where a
+//! checked fact is needed again (an axis index, a constant's type), a missing value is
+//! skipped rather than reported.
+//!
+//! Hygiene: every local the expansion introduces (`__megaops_ctx`, regions, the body
+//! closure, the launcher's builder) is spanned with [`Span::mixed_site`], like a
+//! `macro_rules!` local, so user code can neither see nor shadow it. Axis names, config
+//! constants and parameters keep the user's spans: the body uses them.
+
+pub mod device;
+pub mod launcher;
+pub mod sync;
+
+use crate::ast::{Axis, Config, Extent, Kernel, Param, Sync};
+use crate::attr::TileCoord;
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Expr, Ident, Type};
+
+/// The whole expansion of a validated kernel.
+pub fn kernel(k: &Kernel) -> TokenStream {
+    let plan = Plan::new(k);
+    let device = device::entries(&plan);
+    let launcher = launcher::module(&plan);
+    quote!(#device #launcher)
+}
+
+/// A local of the generated code, invisible to the user's code.
+pub fn local(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
+}
+
+/// What the generators share: the kernel, its grid and its synchronised parameters in
+/// signature order.
+pub struct Plan<'a> {
+    /// The kernel.
+    pub k: &'a Kernel,
+    /// The kernel-tile grid.
+    pub axes: Vec<Axis>,
+    /// The synchronised parameters, in signature order.
+    pub syncs: Vec<SyncPlan<'a>>,
+}
+
+/// One synchronised parameter, resolved against the grid.
+pub struct SyncPlan<'a> {
+    /// Its declaration.
+    pub sync: &'a Sync,
+    /// The parameter.
+    pub param: &'a Param,
+    /// Element type (`T` of `*const T` / `*mut T`).
+    pub elem: &'a Type,
+    /// Per dimension: its extent and, unless `_`, the axis index, axis and tile size.
+    pub dims: Vec<DimPlan<'a>>,
+    /// The split-K axis: index and name.
+    pub split: Option<(usize, &'a Ident)>,
+    /// Device: the `TileSync` parameter; host: the binding's `TileSync`.
+    pub sync_ident: Ident,
+    /// Device: the precomputed element region of the kernel tile.
+    pub region_ident: Ident,
+    /// Host: the bound device address.
+    pub addr_ident: Ident,
+}
+
+/// One dimension of a synchronised parameter.
+pub struct DimPlan<'a> {
+    /// The dimension's extent (an expression of parameters and constants).
+    pub extent: &'a Expr,
+    /// Which axis selects the tile, and its size; None for `_`.
+    pub tile: Option<(usize, &'a Ident, &'a Expr)>,
+}
+
+impl<'a> Plan<'a> {
+    /// Resolves `k` (validated) into what the generators need.
+    pub fn new(k: &'a Kernel) -> Plan<'a> {
+        let axes = k.axes();
+        let syncs = k
+            .syncs_in_signature_order()
+            .into_iter()
+            .filter_map(|s| {
+                let param = k.params.get(s.param?)?;
+                let elem = param.elem()?;
+                let dims = s
+                    .decl
+                    .shape
+                    .iter()
+                    .zip(&s.decl.tile)
+                    .map(|(extent, coord)| DimPlan {
+                        extent,
+                        tile: match coord {
+                            TileCoord::Whole => None,
+                            TileCoord::Axis { axis, size } => {
+                                Kernel::axis_index(&axes, axis).map(|i| (i, axis, size))
+                            }
+                        },
+                    })
+                    .collect();
+                let split = s
+                    .split
+                    .as_ref()
+                    .and_then(|a| Kernel::axis_index(&axes, a).map(|i| (i, a)));
+                let n = s.name().to_string();
+                Some(SyncPlan {
+                    sync: s,
+                    param,
+                    elem,
+                    dims,
+                    split,
+                    sync_ident: local(&format!("__megaops_sync_{n}")),
+                    region_ident: local(&format!("__megaops_region_{n}")),
+                    addr_ident: local(&format!("__megaops_addr_{n}")),
+                })
+            })
+            .collect();
+        Plan { k, axes, syncs }
+    }
+
+    /// The synchronised plan of parameter `p`, if any.
+    pub fn sync_of(&self, p: &Param) -> Option<&SyncPlan<'a>> {
+        self.syncs.iter().find(|s| std::ptr::eq(s.param, p))
+    }
+
+    /// PTX entry name of config `i`: `<name>__cfg<i>`.
+    pub fn entry_name(&self, i: usize) -> Ident {
+        let name = self.k.name();
+        format_ident!("{}__cfg{}", name, i, span = name.span())
+    }
+
+    /// CPU-backend function of config `i`: `__megaops_cpu_<name>__cfg<i>`.
+    pub fn cpu_name(&self, i: usize) -> Ident {
+        let name = self.k.name();
+        format_ident!("__megaops_cpu_{}__cfg{}", name, i, span = name.span())
+    }
+
+    /// Number of kernel tiles along each axis, as `u64` expressions (launcher).
+    pub fn grid_extents(&self) -> Vec<TokenStream> {
+        self.axes
+            .iter()
+            .filter_map(|a| match a.extent.as_ref()? {
+                Extent::Given(e) => Some(quote_spanned!(e.span()=> (#e) as u64)),
+                Extent::Derived { dim, size } => {
+                    Some(quote_spanned!(dim.span()=> ((#dim) as u64).div_ceil((#size) as u64)))
+                }
+            })
+            .collect()
+    }
+}
+
+/// `const NAME: TYPE = value;` for every constant of `config`.
+pub fn config_consts(config: &Config) -> TokenStream {
+    let consts = config.consts.iter().filter_map(|c| {
+        let (name, ty, value) = (&c.name, c.ty.as_ref()?, &c.value);
+        Some(quote!(#[allow(dead_code, non_upper_case_globals)] const #name: #ty = #value;))
+    });
+    quote!(#(#consts)*)
+}

@@ -1,0 +1,136 @@
+//! The tile synchronisation woven into a kernel body (paper Listing 3): element regions
+//! of the kernel tile, the waits injected before the first statement that reads each
+//! input, and the signals after the body.
+
+use super::{Plan, SyncPlan, local};
+use crate::ast::MAX_RANK;
+use crate::attr::Role;
+use crate::paths;
+use proc_macro2::TokenStream;
+use quote::{ToTokens, quote};
+
+/// `let __megaops_region_x: [(u32, u32); 4] = [...];` for every synchronised parameter:
+/// per dimension `tile_region(coord, SIZE, EXTENT)` or `(0, EXTENT)` for `_`, padded
+/// with `(0, 0)`. Computed once per tile, before the user's statements, so that the
+/// user's own bindings cannot change what is waited for or signalled.
+pub fn regions(plan: &Plan) -> TokenStream {
+    let tile_region = paths::tile_region();
+    let lets = plan.syncs.iter().map(|s| {
+        let mut dims: Vec<TokenStream> = s
+            .dims
+            .iter()
+            .map(|d| {
+                let extent = d.extent;
+                match d.tile {
+                    Some((_, axis, size)) => {
+                        quote!(#tile_region(#axis, (#size) as u32, (#extent) as u32))
+                    }
+                    None => quote!((0u32, (#extent) as u32)),
+                }
+            })
+            .collect();
+        dims.resize(MAX_RANK, quote!((0u32, 0u32)));
+        let region = &s.region_ident;
+        quote!(let #region: [(u32, u32); #MAX_RANK] = [#(#dims),*];)
+    });
+    quote!(#(#lets)*)
+}
+
+/// The wait for input `s`: on failure the tile is abandoned (`failed` set, the body
+/// closure returns) and the CTA signals nothing.
+pub fn wait(s: &SyncPlan) -> TokenStream {
+    let wait_input = paths::wait_input();
+    let (ctx, tile, failed) = (
+        local("__megaops_ctx"),
+        local("__megaops_tile"),
+        local("__megaops_failed"),
+    );
+    let (sync, region) = (&s.sync_ident, &s.region_ident);
+    quote! {
+        if !#wait_input(&#ctx, #tile, &#sync, &#region) {
+            #failed = true;
+            return;
+        }
+    }
+}
+
+/// The user's top-level statements with the waits inserted: each input's wait goes
+/// right before the first statement that mentions it; inputs first mentioned by the
+/// same statement wait in annotation order.
+pub fn body_with_waits(plan: &Plan) -> TokenStream {
+    let inputs: Vec<&SyncPlan> = plan
+        .k
+        .syncs
+        .iter()
+        .filter(|s| s.role() == Role::Input)
+        .filter_map(|s| plan.syncs.iter().find(|p| std::ptr::eq(p.sync, s)))
+        .collect();
+    let mut waited = vec![false; inputs.len()];
+    let mut out = TokenStream::new();
+    for st in &plan.k.stmts {
+        for (i, input) in inputs.iter().enumerate() {
+            if !waited[i] && st.mention_of(input.sync.name()).is_some() {
+                waited[i] = true;
+                out.extend(wait(input));
+            }
+        }
+        st.stmt.to_tokens(&mut out);
+    }
+    out
+}
+
+/// The signals after the body, one per output in signature order. Every thread reaches
+/// them (the body is a closure, so a user `return` ends only the closure).
+pub fn signals(plan: &Plan) -> TokenStream {
+    let signal_output = paths::signal_output();
+    let producer_tile = paths::producer_tile();
+    let (ctx, failed) = (local("__megaops_ctx"), local("__megaops_failed"));
+    let sigs = plan.syncs.iter().filter(|s| s.sync.role() == Role::Output).map(|s| {
+        let mut ktile: Vec<TokenStream> = s
+            .dims
+            .iter()
+            .map(|d| match d.tile {
+                Some((_, _, size)) => quote!((#size) as u32),
+                None => quote!(0u32),
+            })
+            .collect();
+        ktile.resize(MAX_RANK, quote!(0u32));
+        let (split, split_index) = match s.split {
+            Some((i, axis)) => (quote!(#ctx.tile_grid[#i]), quote!(#axis)),
+            None => (quote!(1u32), quote!(0u32)),
+        };
+        let (sync, region) = (&s.sync_ident, &s.region_ident);
+        quote! {
+            // SAFETY: the launcher built `sync` for this tensor, and the body wrote the
+            // kernel tile `region` (the kernel's documented contract).
+            unsafe {
+                #signal_output(
+                    &#sync,
+                    &#region,
+                    &#producer_tile { ktile: [#(#ktile),*], split: #split, split_index: #split_index },
+                    #failed
+                )
+            };
+        }
+    });
+    quote!(#(#sigs)*)
+}
+
+/// Launcher: the `&[TileDim]` of a synchronised parameter.
+pub fn tile_dims(s: &SyncPlan) -> TokenStream {
+    let tile_dim = paths::tile_dim();
+    let dims = s.dims.iter().map(|d| match d.tile {
+        Some((axis, _, size)) => quote!(#tile_dim::axis(#axis, (#size) as u64)),
+        None => quote!(#tile_dim::WHOLE),
+    });
+    quote!(&[#(#dims),*])
+}
+
+/// Launcher: the `&[u64]` shape of a synchronised parameter.
+pub fn shape(s: &SyncPlan) -> TokenStream {
+    let dims = s.dims.iter().map(|d| {
+        let e = d.extent;
+        quote!((#e) as u64)
+    });
+    quote!(&[#(#dims),*])
+}

@@ -1,0 +1,724 @@
+//! Unit tests on token streams: parsing, every validation rule, and the shape of the
+//! expansion (where waits go, parameter order, launcher bindings). They need no facade;
+//! `tests/macro_*.rs` in the `megaops` package compile expansions for real.
+
+use crate::ast::{Extent, Kernel, infer_type};
+use crate::ctxt::Ctxt;
+use crate::expand_kernel;
+use crate::text::tokens_text;
+use proc_macro2::TokenStream;
+use quote::{ToTokens, quote};
+
+/// The matmul of the crate docs with a split-K output and a second input.
+fn matmul_attr() -> TokenStream {
+    quote! {
+        block = THREADS,
+        smem = (BM + BN) * BK * 2,
+        input(a[m, k] = [pid_m: BM, _]),
+        output(c[m, n] = [pid_m: BM, pid_n: BN]),
+    }
+}
+
+fn matmul_item() -> TokenStream {
+    quote! {
+        #[config(BM = 64, BN = 64, BK = 32, THREADS = 128)]
+        #[config(BM = 128, BN = 128, BK = 32, THREADS = 256)]
+        /// C = A B.
+        pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u32, k: u32) {
+            #[prefetch]
+            let w0 = *b;
+            let row = pid_m * BM;
+            let x = *a.add(row as usize);
+            *c = x;
+        }
+    }
+}
+
+fn kernel(attr: TokenStream, item: TokenStream) -> (Kernel, Ctxt) {
+    let mut cx = Ctxt::new();
+    let f = syn::parse2(item).expect("test item is a fn");
+    let k = Kernel::from_syn(attr, f, &mut cx);
+    crate::valid::check(&k, &mut cx);
+    (k, cx)
+}
+
+/// The error messages for a kernel.
+fn errors(attr: TokenStream, item: TokenStream) -> Vec<String> {
+    kernel(attr, item).1.messages()
+}
+
+fn assert_error(attr: TokenStream, item: TokenStream, needle: &str) {
+    let errs = errors(attr, item);
+    assert!(
+        errs.iter().any(|e| e.contains(needle)),
+        "expected an error containing {needle:?}, got {errs:#?}"
+    );
+}
+
+/// The expansion as one line of text.
+fn expansion(attr: TokenStream, item: TokenStream) -> String {
+    tokens_text(expand_kernel(attr, item))
+}
+
+fn pos(haystack: &str, needle: &str) -> usize {
+    haystack
+        .find(needle)
+        .unwrap_or_else(|| panic!("{needle:?} not found in:\n{haystack}"))
+}
+
+#[test]
+fn the_example_is_valid() {
+    let (k, cx) = kernel(matmul_attr(), matmul_item());
+    assert!(cx.is_empty(), "{:?}", cx.messages());
+    assert_eq!(k.configs.len(), 2);
+    assert_eq!(k.syncs.len(), 2);
+    assert!(k.stmts[0].prefetch.is_some());
+    assert!(k.stmts[1].prefetch.is_none());
+    assert_eq!(k.docs.len(), 1);
+}
+
+#[test]
+fn axes_come_from_outputs_first() {
+    let (k, _) = kernel(
+        quote!(block = 32, input(a[m, k] = [pid_k: BK, pid_m: BM]), output(c[m, n] = [pid_m: 64, pid_n: BN])),
+        quote!(
+            unsafe fn f(a: *const f32, c: *mut f32, m: u32, n: u32, k: u32) {
+                *c = *a;
+            }
+        ),
+    );
+    let axes = k.axes();
+    let names: Vec<String> = axes.iter().map(|a| a.name.to_string()).collect();
+    assert_eq!(names, ["pid_m", "pid_n", "pid_k"]);
+    match &axes[0].extent {
+        Some(Extent::Derived { dim, size }) => {
+            assert_eq!(tokens_text(dim.to_token_stream()), "m");
+            assert_eq!(tokens_text(size.to_token_stream()), "64");
+        }
+        _ => panic!("pid_m's extent should be derived from c"),
+    }
+}
+
+#[test]
+fn tiles_give_the_axes_and_their_order() {
+    let (k, cx) = kernel(
+        quote!(block = 32, tiles(j = 4, i = n), output(c[n] = [i: 8])),
+        quote!(
+            unsafe fn f(c: *mut f32, n: u32) {
+                *c = 0.0;
+            }
+        ),
+    );
+    assert!(cx.is_empty(), "{:?}", cx.messages());
+    let names: Vec<String> = k.axes().iter().map(|a| a.name.to_string()).collect();
+    assert_eq!(names, ["j", "i"]);
+}
+
+#[test]
+fn config_types_follow_the_values() {
+    let (k, cx) = kernel(
+        quote!(block = T, tiles(i = 1)),
+        quote! {
+            #[config(T = 128, N = 64usize, A = (2.0f32), H = N / 2, B = true, C = 3 as u64, D: i64 = -1, E = 2 * N, F = -1)]
+            unsafe fn f() {}
+        },
+    );
+    assert!(cx.is_empty(), "{:?}", cx.messages());
+    let types: Vec<String> = k.configs[0]
+        .consts
+        .iter()
+        .map(|c| tokens_text(c.ty.as_ref().expect("typed").to_token_stream()))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "u32", "usize", "f32", "usize", "bool", "u64", "i64", "usize", "i32"
+        ]
+    );
+    assert!(infer_type(&syn::parse_quote!(2.0), &[]).is_none());
+    assert!(infer_type(&syn::parse_quote!(f(3)), &[]).is_none());
+}
+
+#[test]
+fn syntax_errors_do_not_stop_the_other_items() {
+    let errs = errors(
+        quote!(block = , smem = 4, input(a[m] = [pid]), output(c[m] [i: 4]), persistent = true, tiles(i)),
+        quote!(
+            unsafe fn f(a: *const f32, c: *mut f32, m: u32) {
+                *c = *a;
+            }
+        ),
+    );
+    assert!(
+        errs.iter().any(|e| e.contains("expected an expression")),
+        "{errs:#?}"
+    );
+    assert!(
+        errs.iter().any(|e| e.contains("expected `pid: SIZE`")),
+        "{errs:#?}"
+    );
+    assert!(
+        errs.iter().any(|e| e.contains("expected `= [...]`")),
+        "{errs:#?}"
+    );
+    assert!(
+        errs.iter().any(|e| e.contains("`persistent` is a flag")),
+        "{errs:#?}"
+    );
+    assert!(
+        errs.iter().any(|e| e.contains("expected `i = EXTENT`")),
+        "{errs:#?}"
+    );
+}
+
+#[test]
+fn every_rule_reports() {
+    let ok_attr = quote!(block = 32, input(a[n] = [i: 4]), output(c[n] = [i: 4]));
+    let f = |sig: TokenStream| quote!(#sig { *c = *a; });
+    let cases: Vec<(TokenStream, TokenStream, &str)> = vec![
+        (
+            ok_attr.clone(),
+            f(quote!(fn k(a: *const f32, c: *mut f32, n: u32))),
+            "must be an `unsafe fn`",
+        ),
+        (
+            ok_attr.clone(),
+            f(quote!(async unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "cannot be `async`",
+        ),
+        (
+            ok_attr.clone(),
+            f(quote!(const unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "cannot be a `const fn`",
+        ),
+        (
+            ok_attr.clone(),
+            f(quote!(unsafe extern "C" fn k(a: *const f32, c: *mut f32, n: u32))),
+            "remove the ABI",
+        ),
+        (
+            ok_attr.clone(),
+            f(quote!(unsafe fn k<T>(a: *const f32, c: *mut f32, n: u32))),
+            "must be concrete",
+        ),
+        (
+            ok_attr.clone(),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32) -> u32)),
+            "returns nothing",
+        ),
+        (
+            ok_attr.clone(),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: &u32))),
+            "is a reference",
+        ),
+        (
+            ok_attr.clone(),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: &[u32]))),
+            "is a reference",
+        ),
+        (
+            ok_attr.clone(),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: (u32, u32)))),
+            "is a tuple",
+        ),
+        (
+            ok_attr.clone(),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: impl Copy))),
+            "is an `impl Trait`",
+        ),
+        (
+            ok_attr.clone(),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, ref n: u32))),
+            "plain identifier",
+        ),
+        (
+            quote!(block = 32, input(a[n] = [i: 4]), output(c[n] = [i: 4]), colour = 3),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "unknown kernel annotation `colour`",
+        ),
+        (
+            quote!(block = 32, block = 64, input(a[n] = [i: 4]), output(c[n] = [i: 4])),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "`block` is given twice",
+        ),
+        (
+            quote!(input(a[n] = [i: 4]), output(c[n] = [i: 4])),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "missing `block = THREADS`",
+        ),
+        (
+            quote!(block = 32, input(q[n] = [i: 4]), output(c[n] = [i: 4])),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "`q` is not a parameter of `k`",
+        ),
+        (
+            quote!(block = 32, input(a[n] = [i: 4]), output(a[n] = [i: 4]), output(c[n] = [i: 4])),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "`a` is annotated twice",
+        ),
+        (
+            quote!(block = 32, input(c[n] = [i: 4])),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "must be a `*const T` parameter",
+        ),
+        (
+            quote!(block = 32, output(a[n] = [i: 4])),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "must be a `*mut T` parameter",
+        ),
+        (
+            quote!(block = 32, input(a[n, n] = [i: 4]), output(c[n] = [i: 4])),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "gives 1 coordinate",
+        ),
+        (
+            quote!(block = 32, input(a[n,n,n,n,n] = [i: 4,_,_,_,_]), output(c[n] = [i: 4])),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "has 5 dimensions",
+        ),
+        (
+            quote!(block = 32, tiles(a1 = 1, a2 = 1, a3 = 1, a4 = 1, a5 = 1), output(c[n] = [a1: 4])),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "at most 4 axes",
+        ),
+        (
+            quote!(block = 32, input(a[n] = [i: 4], split = i), output(c[n] = [i: 4])),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "applies to outputs only",
+        ),
+        (
+            quote!(block = 32, input(a[n] = [i: 4]), output(c[n] = [i: 4], split = s)),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "cannot be derived",
+        ),
+        (
+            quote!(block = 32, tiles(i = n), input(a[n] = [i: 4]), output(c[n] = [i: 4], split = s)),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "is not in `tiles(...)`",
+        ),
+        (
+            quote!(block = 32, input(a[n] = [i: 4]), output(c[n] = [i: 4], split = i)),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "both selects a dimension",
+        ),
+        (
+            quote!(block = 32, tiles(i = n), input(a[n] = [j: 4]), output(c[n] = [i: 4])),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "axis `j` is not in `tiles(...)`",
+        ),
+        (
+            quote!(block = 32),
+            quote!(
+                unsafe fn k() {}
+            ),
+            "must declare its kernel-tile grid",
+        ),
+        (
+            quote!(block = 32, input(a[n] = [_]), output(c[n] = [_])),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "add `tiles(i = COUNT)`",
+        ),
+        (
+            quote!(block = 32, input(a[n] = [n: 4]), output(c[n] = [n: 4])),
+            f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
+            "has the name of a parameter",
+        ),
+        (
+            quote!(block = 32, input(a[n] = [i: 4]), output(c[n] = [i: 4])),
+            quote!(
+                unsafe fn k(a: *const f32, c: *mut f32, n: u32) {
+                    *c = 1.0;
+                }
+            ),
+            "input `a` is never read",
+        ),
+        (
+            quote!(block = 32, input(a[n] = [i: 4]), output(c[n] = [i: 4])),
+            quote!(
+                unsafe fn k(a: *const f32, c: *mut f32, n: u32) {
+                    let _x = *a;
+                }
+            ),
+            "output `c` is never written",
+        ),
+        (
+            quote!(block = 32, output(c[n] = [i: 4], stride = 2)),
+            quote!(
+                unsafe fn k(c: *mut f32, n: u32) {
+                    *c = 1.0;
+                }
+            ),
+            "unknown option `stride`",
+        ),
+    ];
+    for (attr, item, needle) in cases {
+        let text = tokens_text(item.clone());
+        let errs = errors(attr, item);
+        assert!(
+            errs.iter().any(|e| e.contains(needle)),
+            "{text}: expected {needle:?}, got {errs:#?}"
+        );
+    }
+}
+
+#[test]
+fn config_rules() {
+    let attr = quote!(block = 32, tiles(i = 1));
+    assert_error(
+        attr.clone(),
+        quote!(
+            #[config(A = 1, B = 2)]
+            #[config(A = 1, C = 3)]
+            unsafe fn k() {}
+        ),
+        "`C` is not defined by the first #[config]",
+    );
+    assert_error(
+        attr.clone(),
+        quote!(
+            #[config(A = 1, B = 2)]
+            #[config(A = 1, C = 3)]
+            unsafe fn k() {}
+        ),
+        "this #[config] does not define `B`",
+    );
+    assert_error(
+        attr.clone(),
+        quote!(
+            #[config(A = 1, A = 2)]
+            unsafe fn k() {}
+        ),
+        "`A` is defined twice",
+    );
+    assert_error(
+        attr.clone(),
+        quote!(
+            #[config(A = 2.0)]
+            unsafe fn k() {}
+        ),
+        "cannot tell the type of `A` from `2.0`",
+    );
+    assert_error(
+        attr.clone(),
+        quote!(
+            #[config(A = 1)]
+            #[config(A = 1usize)]
+            unsafe fn k() {}
+        ),
+        "`A` is a `usize` here but a `u32` in the first #[config]",
+    );
+    assert_error(
+        attr,
+        quote!(
+            #[config(n = 1)]
+            unsafe fn k(n: u32) {}
+        ),
+        "constant `n` has the name of a parameter",
+    );
+}
+
+#[test]
+fn prefetch_rules() {
+    let attr = quote!(block = 32, input(a[n] = [i: 4]), output(c[n] = [i: 4]));
+    assert_error(
+        attr.clone(),
+        quote!(
+            unsafe fn k(a: *const f32, c: *mut f32, n: u32) {
+                #[prefetch]
+                let x = *a;
+                *c = x;
+            }
+        ),
+        "must not read `a`",
+    );
+    assert_error(
+        attr.clone(),
+        quote!(
+            unsafe fn k(a: *const f32, c: *mut f32, w: *const f32, n: u32) {
+                let x = *a;
+                #[prefetch]
+                let y = *w;
+                *c = x + y;
+            }
+        ),
+        "comes after a statement that reads input `a`",
+    );
+    assert_error(
+        attr.clone(),
+        quote!(
+            unsafe fn k(a: *const f32, c: *mut f32, n: u32) {
+                if n > 0 {
+                    #[prefetch]
+                    let y = 1;
+                }
+                *c = *a;
+            }
+        ),
+        "top-level statements of the kernel body only",
+    );
+    assert_error(
+        attr,
+        quote!(
+            unsafe fn k(a: *const f32, c: *mut f32, n: u32) {
+                #[prefetch(2)]
+                let y = 1;
+                *c = *a;
+            }
+        ),
+        "takes no arguments",
+    );
+}
+
+#[test]
+fn all_errors_are_reported_together() {
+    let errs = errors(
+        quote!(input(q[n] = [i: 4]), output(c[n] = [i: 4]), colour),
+        quote!(
+            fn k(c: *mut f32, n: &u32) -> u32 {
+                0
+            }
+        ),
+    );
+    assert!(errs.len() >= 5, "{errs:#?}");
+}
+
+#[test]
+fn wait_goes_before_the_first_reader_and_after_prefetch() {
+    let out = expansion(matmul_attr(), matmul_item());
+    let cpu = &out[pos(&out, "unsafe fn __megaops_cpu_matmul__cfg0")..];
+    let prefetch = pos(cpu, "let w0 = *b;");
+    let row = pos(cpu, "let row = pid_m * BM;");
+    let wait = pos(
+        cpu,
+        "wait_input(&__megaops_ctx, __megaops_tile, &__megaops_sync_a, &__megaops_region_a)",
+    );
+    let read = pos(cpu, "let x = *a.add(row as usize);");
+    assert!(prefetch < row && row < wait && wait < read, "{cpu}");
+    assert!(
+        !out.contains("prefetch"),
+        "#[prefetch] must be stripped: {out}"
+    );
+    // The signal comes after the body closure is called.
+    let call = pos(cpu, "__megaops_body();");
+    let signal = pos(cpu, "signal_output(&__megaops_sync_c, &__megaops_region_c");
+    assert!(read < call && call < signal, "{cpu}");
+}
+
+#[test]
+fn inputs_first_read_together_wait_in_annotation_order() {
+    let out = expansion(
+        quote!(block = 32, input(y[n] = [i: 4]), input(x[n] = [i: 4]), output(c[n] = [i: 4])),
+        quote!(
+            unsafe fn k(x: *const f32, y: *const f32, c: *mut f32, n: u32) {
+                *c = *x + *y;
+            }
+        ),
+    );
+    let wy = pos(&out, "&__megaops_sync_y, &__megaops_region_y");
+    let wx = pos(&out, "&__megaops_sync_x, &__megaops_region_x");
+    let read = pos(&out, "*c = *x + *y;");
+    assert!(wy < wx && wx < read, "{out}");
+}
+
+#[test]
+fn sync_parameters_follow_the_signature() {
+    let out = expand_kernel(
+        quote!(block = 32, output(c[n] = [i: 4]), input(a[n] = [i: 4])),
+        quote!(
+            unsafe fn k(a: *const f32, c: *mut f32, n: u32) {
+                *c = *a;
+            }
+        ),
+    );
+    let file: syn::File = syn::parse2(out).expect("expansion parses");
+    let entry = file
+        .items
+        .iter()
+        .find_map(|i| match i {
+            syn::Item::Fn(f) if f.sig.ident == "k__cfg0" => Some(f),
+            _ => None,
+        })
+        .expect("device entry");
+    let params: Vec<String> = entry
+        .sig
+        .inputs
+        .iter()
+        .map(|p| match p {
+            syn::FnArg::Typed(pt) => tokens_text(pt.pat.to_token_stream()),
+            syn::FnArg::Receiver(_) => "self".into(),
+        })
+        .collect();
+    assert_eq!(
+        params,
+        [
+            "a",
+            "c",
+            "n",
+            "__megaops_ctx",
+            "__megaops_sync_a",
+            "__megaops_sync_c"
+        ]
+    );
+    assert!(tokens_text(entry.sig.abi.to_token_stream()).contains("ptx-kernel"));
+    assert!(
+        entry
+            .attrs
+            .iter()
+            .any(|a| tokens_text(a.to_token_stream()).contains("no_mangle"))
+    );
+}
+
+#[test]
+fn launcher_binds_in_signature_order() {
+    let out = expansion(matmul_attr(), matmul_item());
+    let arm = &out[pos(&out, "0usize =>")..pos(&out, "1usize =>")];
+    let a = pos(
+        arm,
+        ".input::<bf16, ::megaops::__private::R2, _>(\"a\", a, &[(m) as u64, (k) as u64], &[::megaops::__private::TileDim::axis(0usize, (BM) as u64), ::megaops::__private::TileDim::WHOLE])?",
+    );
+    let b = pos(arm, ".ptr(\"b\", b)?");
+    let c = pos(
+        arm,
+        ".output::<bf16, ::megaops::__private::R2, _>(\"c\", c,",
+    );
+    let m = pos(arm, ".arg(m);");
+    assert!(a < b && b < c && c < m, "{arm}");
+    assert!(
+        arm.contains(
+            ".tiles(&[((m) as u64).div_ceil((BM) as u64), ((n) as u64).div_ceil((BN) as u64)])?"
+        ),
+        "{arm}"
+    );
+    assert!(
+        arm.contains(".block([(THREADS) as u64, 1u64, 1u64])?"),
+        "{arm}"
+    );
+    assert!(
+        arm.contains(".dynamic_smem(((BM + BN) * BK * 2) as u64)?"),
+        "{arm}"
+    );
+    assert!(arm.contains("const BM: u32 = 64;"), "{arm}");
+    assert!(arm.contains(
+        "super::__megaops_cpu_matmul__cfg0(__megaops_addr_a as *const bf16, __megaops_addr_b as *const bf16, \
+         __megaops_addr_c as *mut bf16, m, n, k, *__megaops_ctx, __megaops_sync_a, __megaops_sync_c)"
+    ), "{arm}");
+    assert!(
+        out.contains("name: \"BM=128, BN=128, BK=32, THREADS=256\", entry: \"matmul__cfg1\""),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "a: &(impl ::megaops::__private::AsInput<bf16, ::megaops::__private::R2> + ?Sized)"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "c: &mut (impl ::megaops::__private::AsOutput<bf16, ::megaops::__private::R2> + ?Sized)"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("b: &::megaops::__private::Tensor<bf16>"),
+        "{out}"
+    );
+}
+
+#[test]
+fn split_and_persistent() {
+    let out = expansion(
+        quote!(block = 128, persistent, tiles(pid_m = m.div_ceil(64), pid_k = 4), input(a[m] = [pid_m: 64]), output(o[m] = [pid_m: 64], split = pid_k)),
+        quote!(
+            unsafe fn k(a: *const f32, o: *mut f32, m: u32) {
+                *o = *a;
+            }
+        ),
+    );
+    assert!(
+        out.contains("split: __megaops_ctx.tile_grid[1usize], split_index: pid_k"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ktile: [(64) as u32, 0u32, 0u32, 0u32]"),
+        "{out}"
+    );
+    assert!(
+        out.contains("while __megaops_t < __megaops_ctx.num_tiles"),
+        "{out}"
+    );
+    assert!(
+        out.contains("__megaops_t += ::megaops::__private::grid_dim_x();"),
+        "{out}"
+    );
+    assert!(out.contains(".persistent();"), "{out}");
+    assert!(
+        out.contains("::core::option::Option::Some(1usize)"),
+        "{out}"
+    );
+    assert!(out.contains("let [pid_m, pid_k, ..] = ::megaops::__private::tile_coords(&__megaops_ctx, __megaops_tile);"), "{out}");
+}
+
+#[test]
+fn regions_cover_whole_dims_and_pad() {
+    let out = expansion(matmul_attr(), matmul_item());
+    assert!(
+        out.contains(
+            "let __megaops_region_a: [(u32, u32); 4usize] = [::megaops::__private::tile_region(pid_m, (BM) as u32, (m) as u32), \
+             (0u32, (k) as u32), (0u32, 0u32), (0u32, 0u32)];"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn without_configs_there_is_one_entry() {
+    let out = expansion(
+        quote!(block = (32, 4), tiles(i = n)),
+        quote!(
+            pub unsafe fn fill(p: *mut f32, n: u32) {
+                *p.add(i as usize) = 1.0;
+            }
+        ),
+    );
+    assert!(out.contains("fn fill__cfg0("), "{out}");
+    assert!(!out.contains("fill__cfg1"), "{out}");
+    assert!(out.contains("name: \"default\""), "{out}");
+    assert!(
+        out.contains(".block([(32) as u64, (4) as u64, 1u64])?"),
+        "{out}"
+    );
+    assert!(out.contains("pub mod fill"), "{out}");
+    assert!(out.contains(".ptr_mut(\"p\", p)?"), "{out}");
+}
+
+#[test]
+fn fallback_keeps_the_function_compilable() {
+    let out = expansion(
+        quote!(block = 32, input(a[m] = [pid_m: BM]), output(c[m] = [pid_m: BM]), colour),
+        quote! {
+            #[config(BM = 64)]
+            pub unsafe fn k(a: *const f32, c: *mut f32, m: u32) { #[prefetch] let z = 0; *c = *a.add((pid_m * BM) as usize); }
+        },
+    );
+    assert!(out.contains("compile_error!"), "{out}");
+    assert!(out.contains("const BM: u32 = 64;"), "{out}");
+    assert!(out.contains("let pid_m: u32 = 0;"), "{out}");
+    assert!(!out.contains("config"), "{out}");
+    assert!(!out.contains("prefetch"), "{out}");
+    assert!(
+        out.contains("pub unsafe fn k(a: *const f32, c: *mut f32, m: u32)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn non_functions_are_refused() {
+    let out = expansion(
+        quote!(block = 32),
+        quote!(
+            struct S;
+        ),
+    );
+    assert!(out.contains("applies to functions"), "{out}");
+    assert!(out.contains("struct S;"), "{out}");
+}
