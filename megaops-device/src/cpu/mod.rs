@@ -8,7 +8,15 @@
 //! streams are resident at the same time; a seed picks among legal interleavings. When
 //! every resident CTA is waiting, the run stops with a [`DeadlockReport`].
 
+// Building blocks of the virtual GPU; the engine that uses them comes next.
+#![allow(dead_code)]
+
+mod barrier;
 pub mod hooks;
+mod rng;
+mod shared;
 mod vgpu;
+mod wait;
+mod warp;
 
 pub use vgpu::*;
