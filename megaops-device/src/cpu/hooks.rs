@@ -2,36 +2,72 @@
 //!
 //! Each function acts on the *calling* GPU thread, i.e. the coroutine the virtual GPU is
 //! currently running. Calling one outside a kernel running on the CPU backend panics with
-//! a message that says so.
+//! a message that says so (except [`yield_now`], which then yields the host thread).
+//!
+//! Hooks that wait ([`barrier`], [`barrier_reduce`], [`warp_exchange`], [`yield_now`],
+//! [`wait_until`]) suspend the calling thread's coroutine and let the scheduler run other
+//! threads. Misuse that can never work (a barrier id out of range, a lane missing from its
+//! own mask, an oversized exchange value) panics in the calling thread, which the virtual
+//! GPU reports as [`super::CpuError::KernelPanic`].
 
+use std::any::TypeId;
+use std::mem::size_of;
+use std::ptr;
+
+use super::barrier::NUM_BARRIERS;
+use super::thread::{Request, in_kernel, with_current};
+use super::wait::site_reached;
+use super::warp::{MAX_VALUE_SIZE, WARP_SIZE};
 use crate::Dim3;
 use crate::sync::WaitSite;
 
 /// `%tid` of the calling thread.
 pub fn thread_idx() -> Dim3 {
-    unimplemented!("cpu backend hook thread_idx")
+    with_current("thread_idx", |_, t, _| t.tid)
 }
 
 /// `%ctaid` of the calling thread's CTA.
 pub fn block_idx() -> Dim3 {
-    unimplemented!("cpu backend hook block_idx")
+    with_current("block_idx", |cta, _, _| cta.block_idx)
 }
 
 /// `%ntid`: the block size of the running kernel.
 pub fn block_dim() -> Dim3 {
-    unimplemented!("cpu backend hook block_dim")
+    with_current("block_dim", |cta, _, _| cta.block_dim)
 }
 
 /// `%nctaid`: the grid size of the running kernel.
 pub fn grid_dim() -> Dim3 {
-    unimplemented!("cpu backend hook grid_dim")
+    with_current("grid_dim", |cta, _, _| cta.grid_dim)
 }
 
 /// `bar.sync id[, threads]`: waits until `threads` threads of the CTA (all non-exited
 /// threads when `None`) have arrived at barrier `id` (0..16).
+///
+/// Threads that exit no longer count: a count-less barrier completes once every thread
+/// that has not exited is there. All threads of one barrier phase must pass the same
+/// `threads` (otherwise the run stops with [`super::CpuError::IllegalSync`]). Memory
+/// written before the barrier is visible after it (threads of a CTA run on one host
+/// thread).
+///
+/// # Panics
+/// If `id >= 16` or `threads == Some(0)`.
 pub fn barrier(id: u32, threads: Option<u32>) {
-    let _ = (id, threads);
-    unimplemented!("cpu backend hook barrier")
+    assert!(
+        id < NUM_BARRIERS,
+        "bar.sync {id}: barrier ids are 0..{NUM_BARRIERS}"
+    );
+    assert!(
+        threads != Some(0),
+        "bar.sync {id}, 0: the thread count must be at least 1"
+    );
+    with_current("barrier", |_, t, _| {
+        t.suspend(Request::Barrier {
+            id,
+            count: threads,
+            pred: None,
+        })
+    });
 }
 
 /// What `bar.red` computes over the predicates of all non-exited threads of the CTA,
@@ -46,10 +82,17 @@ pub struct BarrierReduce {
     pub any: bool,
 }
 
-/// `bar.red.{popc,and,or}` on barrier 0.
+/// `bar.red.{popc,and,or}` on barrier 0: waits like `bar.sync 0` and returns the
+/// reduction over the predicates of the threads that arrived with one.
 pub fn barrier_reduce(pred: bool) -> BarrierReduce {
-    let _ = pred;
-    unimplemented!("cpu backend hook barrier_reduce")
+    with_current("barrier_reduce", |_, t, _| {
+        t.suspend(Request::Barrier {
+            id: 0,
+            count: None,
+            pred: Some(pred),
+        });
+        t.reduce()
+    })
 }
 
 /// The warp-collective building block: every lane named in `mask` (which must include
@@ -57,50 +100,140 @@ pub fn barrier_reduce(pred: bool) -> BarrierReduce {
 /// of all 32 lanes, indexed by lane. Entries of lanes outside `mask` hold the caller's
 /// own `value`. `T` is at most 64 bytes. Shuffles, votes, `match`, `ldmatrix` and
 /// `mma.sync` are built on this.
+///
+/// The lane that completes the mask publishes the values to all lanes of the mask at
+/// once. If a lane of `mask` has exited (or lies beyond the block in a partial last
+/// warp), the collective can never complete and the run stops with
+/// [`super::CpuError::IllegalSync`]; so do lanes that exchange different types under one
+/// mask. A mask of the caller alone returns at once.
+///
+/// # Panics
+/// If `mask` does not include the calling lane, or `T` is larger than 64 bytes.
 pub fn warp_exchange<T: Copy + 'static>(mask: u32, value: T) -> [T; 32] {
-    let _ = (mask, value);
-    unimplemented!("cpu backend hook warp_exchange")
+    let size = size_of::<T>();
+    assert!(
+        size <= MAX_VALUE_SIZE,
+        "warp_exchange: a {size}-byte value exceeds the {MAX_VALUE_SIZE}-byte limit"
+    );
+    with_current("warp_exchange", |_, t, index| {
+        let lane = index % WARP_SIZE;
+        assert!(
+            mask & (1 << lane) != 0,
+            "warp_exchange: mask {mask:#010x} does not include the calling lane {lane}"
+        );
+        let mut out = [value; 32];
+        if mask == 1 << lane {
+            return out;
+        }
+        let type_id = TypeId::of::<T>();
+        t.suspend(Request::Exchange {
+            mask,
+            type_id,
+            value: (&raw const value).cast(),
+            size,
+        });
+        let data = t
+            .take_exchange()
+            .expect("a completed warp exchange publishes its values to every lane");
+        for (l, slot) in out.iter_mut().enumerate() {
+            if mask & (1 << l) != 0 {
+                // SAFETY: lane `l` of `mask` deposited a byte copy of a valid `T` (the
+                // scheduler checked that every lane of the mask exchanges the same
+                // `TypeId`) at `l * size` of `data`, which holds 32 such slots; `T: Copy`,
+                // so a byte copy is a valid value.
+                *slot = unsafe { ptr::read_unaligned(data.as_ptr().add(l * size).cast::<T>()) };
+            }
+        }
+        out
+    })
 }
 
 /// Base address and size in bytes of the calling CTA's dynamic shared memory (16-byte
-/// aligned; size as given at launch).
+/// aligned, zeroed when the CTA starts; size as given at launch). Valid until the CTA's
+/// last thread exits.
 pub fn dynamic_shared() -> (*mut u8, usize) {
-    unimplemented!("cpu backend hook dynamic_shared")
+    with_current("dynamic_shared", |cta, _, _| cta.memory.dynamic())
 }
 
 /// The calling CTA's instance of the static shared variable identified by `key` (the
 /// address of a per-variable static), allocated zeroed on first use with `size` bytes and
-/// `align` alignment.
+/// `align` alignment. Every CTA has its own instance; all threads of a CTA get the same
+/// address.
+///
+/// # Panics
+/// If `align` is not a power of two, or `key` was used before with another size or
+/// alignment.
 pub fn static_shared(key: *const u8, size: usize, align: usize) -> *mut u8 {
-    let _ = (key, size, align);
-    unimplemented!("cpu backend hook static_shared")
+    with_current("static_shared", |cta, _, _| {
+        cta.memory
+            .static_var(key, size, align)
+            .unwrap_or_else(|message| panic!("{message}"))
+    })
 }
 
 /// A scheduling point: lets other threads run (used by spins, `nanosleep`, atomic loads).
+/// Outside a kernel it yields the host thread.
 pub fn yield_now() {
-    unimplemented!("cpu backend hook yield_now")
+    if in_kernel() {
+        with_current("yield_now", |_, t, _| t.suspend(Request::Yield));
+    } else {
+        std::thread::yield_now();
+    }
 }
 
 /// `%globaltimer`: nanoseconds of the virtual GPU's clock.
+///
+/// The clock is virtual and deterministic: it advances by
+/// [`super::VgpuConfig::switch_ns`] per coroutine switch and by 1 ns per read (so that a
+/// loop polling it without yielding still sees time pass). Semaphore waits do not use it
+/// on this backend: they block in [`wait_until`] and deadlocks are found structurally.
 pub fn global_timer_ns() -> u64 {
-    unimplemented!("cpu backend hook global_timer_ns")
+    with_current("global_timer_ns", |cta, _, _| {
+        let now = cta.clock.get().wrapping_add(1);
+        cta.clock.set(now);
+        now
+    })
 }
 
-/// `%clock64`: a per-SM cycle counter of the virtual GPU.
+/// `%clock64`: a per-SM cycle counter of the virtual GPU. Derived from the virtual clock
+/// at 2 cycles per nanosecond (a 2 GHz SM clock), the same on every SM.
 pub fn clock64() -> u64 {
-    unimplemented!("cpu backend hook clock64")
+    global_timer_ns().wrapping_mul(2)
 }
 
 /// Blocks the calling thread until the semaphore reaches its target, i.e.
 /// `(*site.sem).wrapping_sub(site.target) as i32 >= 0`. Returns `true` then, and `false`
 /// when the virtual GPU gives the wait up (a deadlock was detected and is being reported).
 /// While blocked, the thread is reported in a [`super::DeadlockReport`] with its site.
+///
+/// A satisfied wait returns at once, without a switch. A blocked thread costs one load
+/// of the semaphore per scheduling round. On this backend a wait that is given up does
+/// not return `false`: the virtual GPU discards the thread and unwinds its stack (running
+/// destructors), so code after a failed wait never runs.
+///
+/// `site.sem` must stay a valid, aligned `i32` while the thread waits and until a
+/// deadlock report that names it is built; it is read atomically.
+///
+/// # Panics
+/// If `site.sem` is null or not aligned for an `i32`.
 pub fn wait_until(site: &WaitSite) -> bool {
-    let _ = site;
-    unimplemented!("cpu backend hook wait_until")
+    assert!(
+        !site.sem.is_null() && site.sem.is_aligned(),
+        "wait_until: semaphore pointer {:p} (tensor#{}[{}]) is null or misaligned",
+        site.sem,
+        site.tensor_id,
+        site.sem_index
+    );
+    with_current("wait_until", |_, t, _| {
+        if !site_reached(site) {
+            t.suspend(Request::Wait(*site));
+        }
+        true
+    })
 }
 
-/// `trap`: aborts the running kernel with `message`, reported as a kernel failure.
+/// `trap`: aborts the running kernel with `message`, reported as a kernel failure
+/// ([`super::CpuError::KernelPanic`] whose message starts with `kernel trap:`).
 pub fn trap(message: &str) -> ! {
     panic!("kernel trap: {message}")
 }

@@ -1,22 +1,63 @@
 //! The CPU backend: a virtual GPU that runs MegaOps kernels, unchanged, on the host.
 //!
 //! Kernels compiled for the host call the device primitives of this crate, whose host
-//! implementations reach the running virtual GPU through [`hooks`]. A [`VirtualGpu`] has a
-//! configurable number of SMs; each admits CTAs up to the limits their block size and
-//! shared memory imply; CTA threads run as cooperatively scheduled coroutines that switch
-//! at barriers, warp collectives and spin-waits; CTAs of kernels launched on different
-//! streams are resident at the same time; a seed picks among legal interleavings. When
-//! every resident CTA is waiting, the run stops with a [`DeadlockReport`].
-
-// Building blocks of the virtual GPU; the engine that uses them comes next.
-#![allow(dead_code)]
+//! implementations reach the running virtual GPU through [`hooks`]. A [`VirtualGpu`]
+//! executes them as follows.
+//!
+//! - **Streams** are FIFOs of kernels, host operations and event records/waits. An
+//!   operation starts when everything before it on its stream has completed.
+//! - **Dispatch**: a kernel is *ready* when it reaches the head of its stream. Ready
+//!   kernels join the dispatch queue in the order they become ready; kernels that become
+//!   ready at the same scheduling point (on different streams) are shuffled by the seed,
+//!   since a GPU orders nothing across streams.
+//! - **Placement**: CTAs are placed strictly in dispatch order — every CTA of a kernel
+//!   before any CTA of a later one — each on an SM with room for its threads, a CTA slot
+//!   and its shared memory (the SM chosen by the seed). When the next CTA fits nowhere,
+//!   placement waits for a CTA to finish; later kernels do not jump ahead. CTAs of
+//!   different kernels share SMs. A kernel completes when its last CTA has finished.
+//! - **Threads**: each GPU thread runs the kernel entry on its own stackful coroutine.
+//!   Rounds resume every runnable thread once, in a seeded order; a thread runs until a
+//!   hook suspends it — a barrier, a warp collective, a yield (spins, `nanosleep`, atomic
+//!   loads) or a semaphore wait — or until it exits.
+//! - **Stops**: when no thread is runnable and work remains, the run stops with a
+//!   [`DeadlockReport`] (every blocked CTA with its semaphore, barrier or collective, and
+//!   the kernels that find no SM room). A run without progress for
+//!   [`VgpuConfig::max_idle_switches`] switches (or [`VgpuConfig::hang_timeout`]) stops
+//!   with a [`HangReport`]; a panicking kernel thread with [`CpuError::KernelPanic`].
+//!   The virtual GPU then discards the pending work and accepts new work.
+//!
+//! The same seed and the same sequence of host calls give the same interleaving;
+//! different seeds explore different legal ones (kernel order across streams, SM choice,
+//! thread order).
+//!
+//! Limits of the emulation: a loop that calls no hook cannot be interrupted (only spins
+//! through atomics, `nanosleep` or the sync runtime are); a kernel thread that overflows
+//! its stack ([`VgpuConfig::stack_size`]) crashes the process; static shared memory does
+//! not count towards an SM's shared-memory limit; kernels need `panic = "unwind"` for
+//! panics to become errors.
 
 mod barrier;
+mod config;
+mod cta;
+mod dispatch;
+mod error;
 pub mod hooks;
+mod report;
 mod rng;
+mod scheduler;
 mod shared;
+mod stack;
+mod stream;
+mod thread;
 mod vgpu;
 mod wait;
 mod warp;
 
-pub use vgpu::*;
+pub use config::VgpuConfig;
+pub use error::CpuError;
+pub use report::{
+    CtaReport, DeadlockReport, HangReport, QueuedKernel, SemaphoreWait, StreamReport, ThreadGroup,
+    ThreadWait,
+};
+pub use stream::{EventId, StreamId};
+pub use vgpu::{CpuLaunch, KernelEntry, VgpuStats, VirtualGpu};

@@ -1,0 +1,98 @@
+//! Errors of the virtual GPU.
+
+use std::fmt;
+
+use super::report::{DeadlockReport, HangReport, Xyz};
+use super::stream::StreamId;
+use crate::Dim3;
+
+/// Why a virtual-GPU call failed.
+///
+/// Errors from a run ([`Self::KernelPanic`], [`Self::IllegalSync`],
+/// [`Self::HostOpPanic`], [`Self::Deadlock`], [`Self::Hang`], [`Self::Resource`]) discard
+/// all pending work of the virtual GPU, which then accepts new work.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CpuError {
+    /// The [`super::VgpuConfig`] describes no usable device.
+    InvalidConfig(String),
+    /// A launch was rejected before it was enqueued (block or grid size, shared memory).
+    InvalidLaunch {
+        /// Kernel name.
+        kernel: String,
+        /// Which limit it broke.
+        message: String,
+    },
+    /// A kernel thread panicked (a bounds check, an `unwrap`, [`super::hooks::trap`]).
+    KernelPanic {
+        /// Kernel name.
+        kernel: String,
+        /// Block index of the thread.
+        block: Dim3,
+        /// Thread index.
+        thread: Dim3,
+        /// The panic message.
+        message: String,
+    },
+    /// A kernel misused a barrier or warp collective in a way that can never complete
+    /// (a lane exited while others wait for it in `warp_exchange`, mismatched barrier
+    /// counts, different types exchanged under one mask).
+    IllegalSync {
+        /// Kernel name.
+        kernel: String,
+        /// Block index of the thread that made the problem visible.
+        block: Dim3,
+        /// Its thread index.
+        thread: Dim3,
+        /// What went wrong.
+        message: String,
+    },
+    /// A host operation ([`super::VirtualGpu::enqueue`]) panicked.
+    HostOpPanic {
+        /// The stream it ran on.
+        stream: StreamId,
+        /// The panic message.
+        message: String,
+    },
+    /// No thread can run and work remains.
+    Deadlock(DeadlockReport),
+    /// Threads keep running without progress.
+    Hang(HangReport),
+    /// A coroutine stack or shared memory could not be allocated.
+    Resource(String),
+    /// A stream or event of another virtual GPU.
+    UnknownId(String),
+    /// `synchronize*` was called from inside a kernel or a host operation.
+    Reentrant,
+}
+
+impl fmt::Display for CpuError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CpuError::InvalidConfig(m) => write!(f, "invalid virtual GPU configuration: {m}"),
+            CpuError::InvalidLaunch { kernel, message } => write!(f, "invalid launch of kernel `{kernel}`: {message}"),
+            CpuError::KernelPanic { kernel, block, thread, message } => write!(
+                f,
+                "kernel `{kernel}` panicked in block {}, thread {}: {message}",
+                Xyz(*block),
+                Xyz(*thread)
+            ),
+            CpuError::IllegalSync { kernel, block, thread, message } => write!(
+                f,
+                "kernel `{kernel}`, block {}, thread {}: {message}",
+                Xyz(*block),
+                Xyz(*thread)
+            ),
+            CpuError::HostOpPanic { stream, message } => write!(f, "host operation on {stream} panicked: {message}"),
+            CpuError::Deadlock(r) => r.fmt(f),
+            CpuError::Hang(r) => r.fmt(f),
+            CpuError::Resource(m) => write!(f, "virtual GPU out of resources: {m}"),
+            CpuError::UnknownId(m) => write!(f, "{m}"),
+            CpuError::Reentrant => f.write_str(
+                "synchronize called from inside a kernel or host operation running on the virtual GPU",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CpuError {}
