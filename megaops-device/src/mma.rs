@@ -26,7 +26,9 @@
 //! exactly representable (e.g. small integers), and otherwise agree to about 1 ulp.
 //!
 //! All of these are warp-wide (`.sync.aligned`): every lane of the warp must execute the
-//! same call, converged.
+//! same call, converged. They are inline PTX, which this rustc does not mark `convergent`;
+//! they are not `pure`, so LLVM does not move or merge them, but do not put them under
+//! control flow that differs between the lanes of a warp.
 
 #[cfg(not(target_arch = "nvptx64"))]
 use crate::cpu::hooks;

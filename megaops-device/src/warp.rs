@@ -18,6 +18,14 @@
 //! form is [`shfl_sync_raw`], which takes the PTX `c` operand (segment mask and clamp
 //! value, see [`semantics::shfl_c`] for CUDA's `width`) and also returns whether the
 //! source lane was in range. 64-bit values take two 32-bit shuffles.
+//!
+//! # Convergence
+//!
+//! The collectives are inline PTX, which this rustc does not mark `convergent` for LLVM.
+//! They are never `pure` (so LLVM neither hoists, sinks, merges nor deletes them), but an
+//! optimisation could still duplicate one into two branches. For the `.sync` forms with an
+//! explicit mask used here that is harmless on sm_70+, where the lanes of a mask may reach
+//! the collective at different instructions.
 
 #[cfg(not(target_arch = "nvptx64"))]
 use crate::cpu::hooks;

@@ -169,7 +169,7 @@ pub unsafe fn atomics(c: *mut Counters) {
         unsafe { atomic::store(cta_count.as_ptr(), 0, Relaxed, Cta) };
     }
     sync_threads();
-    // SAFETY (all operations below): every field pointer is valid and aligned; all
+    // SAFETY: every field pointer is valid and aligned; all
     // concurrent accesses to it are atomic.
     unsafe {
         atomic::add(&raw mut (*c).add_u32, 1, Relaxed, Gpu);

@@ -38,7 +38,7 @@ pub unsafe fn cp_async_copy(src: *const u8, out: *mut u32) {
     let src = src.wrapping_add(block_idx_x() as usize * CP_SRC_BYTES + 64 * t);
     let slot = |i: usize| shared::dynamic::<u8>().byte_add(64 * i);
     let mine = slot(t);
-    // SAFETY (this block): `mine` is this thread's 64-byte, 64-byte aligned slot inside the
+    // SAFETY: `mine` is this thread's 64-byte, 64-byte aligned slot inside the
     // launch's dynamic shared memory; `src` has 64 readable, aligned bytes; nobody touches
     // a destination before the wait that covers it.
     unsafe {

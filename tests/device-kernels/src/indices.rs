@@ -82,10 +82,10 @@ pub unsafe fn barriers(out: *mut u32) {
     let pairs = static_shared!(PAIRS: [u32; 128]);
     let t = thread_idx_x() as usize;
     let n = block_dim_x() as usize;
-    // SAFETY (shared accesses below): indices < 128 = block size; writes and reads of the
-    // same slot are separated by a barrier.
+    // SAFETY: t < 128, the size of `ring`; read by another thread after the barrier.
     unsafe { ring.at(t).write(3 * t as u32 + 1) };
     sync_threads();
+    // SAFETY: (t + 1) % n < 128, written before the barrier.
     let neighbour = unsafe { ring.at((t + 1) % n).read() };
 
     let count = sync_threads_count(t.is_multiple_of(3));
@@ -96,10 +96,12 @@ pub unsafe fn barriers(out: *mut u32) {
 
     let w = warp_id();
     if w.is_multiple_of(2) {
+        // SAFETY: t < 128; read by the partner warp after the named barrier.
         unsafe { pairs.at(t).write(t as u32 + 1000 * (block_idx_x() + 1)) };
     }
     barrier_sync(1 + w / 2, 64);
     let from_partner = if w % 2 == 1 {
+        // SAFETY: t - 32 < 128 (odd warps have t >= 32), written before the named barrier.
         unsafe { pairs.at(t - 32).read() }
     } else {
         0

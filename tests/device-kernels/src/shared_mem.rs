@@ -99,7 +99,7 @@ pub unsafe fn shared_dynamic(out: *mut u32) {
     let n = block_dim_x() as usize;
     let slot = |i: usize| base.byte_add(32 * i);
     let mine = slot(t);
-    // SAFETY (writes): slot t (32 bytes) is this thread's alone until the barrier, and is
+    // SAFETY: slot t (32 bytes) is this thread's alone until the barrier, and is
     // inside the 2048 bytes of the launch; each offset is aligned for its type.
     unsafe {
         mine.cast::<u32>().write(t as u32 * 10 + 1);
@@ -117,7 +117,7 @@ pub unsafe fn shared_dynamic(out: *mut u32) {
     }
     sync_threads();
     let theirs = slot((t + 1) % n);
-    // SAFETY (reads): slot (t+1) % n was completely written before the barrier.
+    // SAFETY: slot (t+1) % n was completely written before the barrier.
     let (w1, w2, w3, w64, v2) = unsafe {
         (
             theirs.cast::<u32>().read(),

@@ -86,7 +86,7 @@ fn indices_and_barriers() {
         let (grid, block) = (Dim3::new(3, 2, 1), Dim3::new(8, 4, 2));
         let mut out = Buf::new(vec![0u32; 6 * 64 * indices::INDEX_WORDS]);
         let p = out.addr();
-        // SAFETY (kernel bodies below): the buffers have the sizes the kernels document.
+        // SAFETY: the buffers outlive the run and have the sizes the kernel documents.
         run(seed, "thread_indices", grid, block, 0, move || unsafe {
             indices::thread_indices(p as *mut u32)
         });
@@ -99,6 +99,7 @@ fn indices_and_barriers() {
 
         let mut out = Buf::new(vec![0u32; 3 * 128 * indices::BARRIER_WORDS]);
         let p = out.addr();
+        // SAFETY: the buffers outlive the run and have the sizes the kernel documents.
         run(seed, "barriers", x(3), x(128), 0, move || unsafe {
             indices::barriers(p as *mut u32)
         });
@@ -116,6 +117,7 @@ fn shared_memory() {
     for seed in SEEDS {
         let mut out = Buf::new(vec![0u32; 2 * 256]);
         let p = out.addr();
+        // SAFETY: the buffers outlive the run and have the sizes the kernel documents.
         run(seed, "shared_static_a", x(2), x(256), 0, move || unsafe {
             shared_mem::shared_static_a(p as *mut u32)
         });
@@ -128,6 +130,7 @@ fn shared_memory() {
 
         let mut out = Buf::new(vec![0u32; 2 * 64 * 4]);
         let p = out.addr();
+        // SAFETY: the buffers outlive the run and have the sizes the kernel documents.
         run(seed, "shared_static_b", x(2), x(64), 0, move || unsafe {
             shared_mem::shared_static_b(p as *mut u32)
         });
@@ -141,6 +144,7 @@ fn shared_memory() {
         let mut out = Buf::new(vec![0u32; 2 * 64 * shared_mem::DYNAMIC_WORDS]);
         let p = out.addr();
         let smem = shared_mem::DYNAMIC_BYTES as usize;
+        // SAFETY: the buffers outlive the run and have the sizes the kernel documents.
         run(seed, "shared_dynamic", x(2), x(64), smem, move || unsafe {
             shared_mem::shared_dynamic(p as *mut u32)
         });
@@ -159,6 +163,7 @@ fn atomics_under_contention() {
         let (ctas, threads) = (8u32, 128u32);
         let mut c = Buf::new(vec![atomics::Counters::INIT]);
         let p = c.addr();
+        // SAFETY: the buffers outlive the run and have the sizes the kernel documents.
         run(seed, "atomics", x(ctas), x(threads), 0, move || unsafe {
             atomics::atomics(p as *mut atomics::Counters)
         });
@@ -176,6 +181,7 @@ fn message_passing_between_two_streams() {
         let mut flag = Buf::new(vec![0i32]);
         let mut out = Buf::new(vec![message::MpResult::default()]);
         let (d, f, o) = (data.addr(), flag.addr(), out.addr());
+        // SAFETY: the buffers outlive the run and have the sizes the kernel documents.
         let consumer = CpuLaunch::new("mp_consumer", x(consumers), x(128), move || unsafe {
             message::mp_consumer(
                 d as *const u32,
@@ -186,6 +192,7 @@ fn message_passing_between_two_streams() {
                 o as *mut _,
             )
         });
+        // SAFETY: the buffers outlive the run and have the sizes the kernel documents.
         let producer = CpuLaunch::new("mp_producer", x(producers), x(64), move || unsafe {
             message::mp_producer(d as *mut u32, f as *mut i32, n, 1000)
         });
@@ -213,6 +220,7 @@ fn vector_loads_and_stores() {
         let mut s = Buf::new(src.clone());
         let mut d = Buf::new(vec![0u32; n as usize * vector::VECTOR_REGIONS]);
         let (sp, dp) = (s.addr(), d.addr());
+        // SAFETY: the buffers outlive the run and have the sizes the kernel documents.
         run(seed, "vector_copy", x(2), x(64), 0, move || unsafe {
             vector::vector_copy(sp as *const u32, dp as *mut u32, n)
         });
@@ -235,6 +243,7 @@ fn cp_async() {
         let mut out = Buf::new(vec![0u32; ctas * 64 * copy_async::CP_WORDS]);
         let (sp, op) = (s.addr(), out.addr());
         let smem = copy_async::CP_SMEM_BYTES as usize;
+        // SAFETY: the buffers outlive the run and have the sizes the kernel documents.
         run(
             seed,
             "cp_async_copy",
@@ -258,6 +267,7 @@ fn ldmatrix_and_mma() {
     for seed in SEEDS {
         let mut out = Buf::new(vec![0u32; 32 * tensor_core::PROBE_WORDS]);
         let p = out.addr();
+        // SAFETY: the buffers outlive the run and have the sizes the kernel documents.
         run(seed, "ldmatrix_probe", x(1), x(32), 0, move || unsafe {
             tensor_core::ldmatrix_probe(p as *mut u32)
         });
@@ -290,6 +300,7 @@ fn ldmatrix_and_mma() {
             let mut dc = Buf::new(c.clone());
             let mut d = Buf::new(vec![0f32; 2 * 16 * 16]);
             let (pa, pb, pbt, pc, pd) = (da.addr(), db.addr(), dbt.addr(), dc.addr(), d.addr());
+            // SAFETY: the buffers outlive the run and have the sizes the kernel documents.
             run(seed, "mma", x(1), x(32), 0, move || unsafe {
                 let args = (
                     pa as *const u16,
@@ -315,6 +326,7 @@ fn warp_collectives() {
     for seed in SEEDS {
         let mut out = Buf::new(vec![0u32; 2 * 64 * warp_ops::WARP_WORDS]);
         let p = out.addr();
+        // SAFETY: the buffers outlive the run and have the sizes the kernel documents.
         run(seed, "warp_collectives", x(2), x(64), 0, move || unsafe {
             warp_ops::warp_collectives(p as *mut u32)
         });
@@ -335,6 +347,7 @@ fn conversions_round_like_half() {
     let mut i = Buf::new(inp);
     let mut out = Buf::new(vec![0u32; n as usize * conversions::CONVERT_WORDS]);
     let (ip, op) = (i.addr(), out.addr());
+    // SAFETY: the buffers outlive the run and have the sizes the kernel documents.
     run(0, "convert", x(1), x(n), 0, move || unsafe {
         conversions::convert(ip as *const f32, op as *mut u32, n)
     });
@@ -346,6 +359,7 @@ fn timers_and_fences() {
     let sleep_ns = 2000u32;
     let mut out = Buf::new(vec![0u64; 4 * timers::TIMER_WORDS]);
     let p = out.addr();
+    // SAFETY: the buffers outlive the run and have the sizes the kernel documents.
     run(0, "fences_and_timers", x(4), x(32), 0, move || unsafe {
         timers::fences_and_timers(p as *mut u64, sleep_ns)
     });
