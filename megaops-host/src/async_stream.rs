@@ -28,6 +28,7 @@ use crate::error::{CudaContext as _, Error, Result};
 use crate::graph::{Graph, GraphBody};
 use crate::launch::{LaunchTarget, PreparedLaunch, TiledHandle};
 use crate::notes::LaunchNote;
+use crate::partition::SmPartition;
 use crate::runtime;
 use crate::stream::{Event, RawStream, Stream};
 use crate::tensor::Tensor;
@@ -40,9 +41,31 @@ use std::sync::{Arc, Mutex};
 pub struct AsyncStream {
     device: Device,
     streams: Vec<Stream>,
+    partition: Option<SmPartition>,
     overlap: bool,
+    begin_wait: bool,
     flag: Tensor<i32>,
     inner: Mutex<Inner>,
+}
+
+/// How an [`AsyncStream`] is built.
+#[derive(Clone, Debug)]
+pub struct AsyncOptions {
+    /// Streams launches are spread over, round-robin (≥ 1).
+    pub streams: usize,
+    /// False: the no-overlap mode (one stream, kernel barriers).
+    pub overlap: bool,
+    /// The deadlock-freedom rule: hold each launch until the previous one started a CTA.
+    /// Only an experiment that demonstrates the deadlock turns it off.
+    pub begin_wait: bool,
+    /// Give launches with `LaunchOptions::on_partition` a green context of this many SMs.
+    pub partition_sms: Option<u32>,
+}
+
+impl Default for AsyncOptions {
+    fn default() -> Self {
+        AsyncOptions { streams: 2, overlap: true, begin_wait: true, partition_sms: None }
+    }
 }
 
 #[derive(Default)]
@@ -82,27 +105,49 @@ pub(crate) enum CpuOp {
 impl AsyncStream {
     /// An AsyncStream over `streams` CUDA streams (≥ 1) on `device`.
     pub fn new(device: &Device, streams: usize) -> Result<AsyncStream> {
-        if streams == 0 {
-            return Err(Error::Invalid("an AsyncStream needs at least one stream".into()));
-        }
-        Self::build(device, streams, true)
+        Self::with_options(device, AsyncOptions { streams, ..AsyncOptions::default() })
     }
 
     /// No-overlap mode: the same kernels on one stream, one after the other (kernel
     /// barriers), without wait kernels. For ablations.
     pub fn serial(device: &Device) -> Result<AsyncStream> {
-        Self::build(device, 1, false)
+        Self::with_options(device, AsyncOptions { streams: 1, overlap: false, ..AsyncOptions::default() })
     }
 
-    fn build(device: &Device, n: usize, overlap: bool) -> Result<AsyncStream> {
+    /// An AsyncStream built from `opts`.
+    pub fn with_options(device: &Device, opts: AsyncOptions) -> Result<AsyncStream> {
+        if opts.streams == 0 {
+            return Err(Error::Invalid("an AsyncStream needs at least one stream".into()));
+        }
+        let n = if opts.overlap { opts.streams } else { 1 };
         let streams = (0..n).map(|_| Stream::new(device)).collect::<Result<Vec<_>>>()?;
+        let partition = opts.partition_sms.map(|sms| SmPartition::new(device, sms)).transpose()?;
         Ok(AsyncStream {
             device: device.clone(),
             streams,
-            overlap,
+            partition,
+            overlap: opts.overlap,
+            begin_wait: opts.begin_wait,
             flag: Tensor::zeros(device, &[1])?,
             inner: Mutex::new(Inner::default()),
         })
+    }
+
+    /// The SM partition, if the AsyncStream has one.
+    pub fn partition(&self) -> Option<&SmPartition> {
+        self.partition.as_ref()
+    }
+
+    /// Stream number `i`: the round-robin ones, then the partition's.
+    fn stream(&self, i: usize) -> &Stream {
+        match (i < self.streams.len(), &self.partition) {
+            (false, Some(p)) => p.stream(),
+            _ => &self.streams[i.min(self.streams.len() - 1)],
+        }
+    }
+
+    fn all_streams(&self) -> impl Iterator<Item = &Stream> {
+        self.streams.iter().chain(self.partition.iter().map(SmPartition::stream))
     }
 
     /// Number of streams.
@@ -124,13 +169,13 @@ impl AsyncStream {
     /// (interop: unadapted kernels produced something MegaOps kernels read).
     pub fn wait_on(&self, other: &Stream) -> Result<()> {
         let e = other.record_marker()?;
-        self.streams.iter().try_for_each(|s| s.wait_event(&e))
+        self.all_streams().try_for_each(|s| s.wait_event(&e))
     }
 
     /// Makes `other` wait for everything queued so far on this AsyncStream (interop:
     /// unadapted kernels read what MegaOps kernels produced).
     pub fn block(&self, other: &Stream) -> Result<()> {
-        for s in &self.streams {
+        for s in self.all_streams() {
             other.wait_event(&s.record_marker()?)?;
         }
         Ok(())
@@ -138,7 +183,7 @@ impl AsyncStream {
 
     /// Waits for all queued work and reports tile-wait failures.
     pub fn synchronize(&self) -> Result<()> {
-        for s in &self.streams {
+        for s in self.all_streams() {
             s.synchronize()?;
         }
         let mut inner = lock(&self.inner);
@@ -184,7 +229,7 @@ impl AsyncStream {
     }
 
     fn capture_inner(&self, body: impl FnOnce(&AsyncStream) -> Result<()>) -> Result<(Option<cudarc::driver::CudaGraph>, Vec<Arc<Buffer>>)> {
-        for s in &self.streams {
+        for s in self.all_streams() {
             s.begin_capture_retention();
         }
         let cuda = matches!(self.device.backend(), DeviceBackend::Cuda(_));
@@ -195,7 +240,7 @@ impl AsyncStream {
             // Reset the begin flag inside the graph, then fork the other streams.
             self.memset_d32(0, self.flag.addr(), 0, 1)?;
             let fork = self.streams[0].record_marker()?;
-            for s in &self.streams[1..] {
+            for s in self.all_streams().skip(1) {
                 s.wait_event(&fork)?;
             }
         } else {
@@ -207,7 +252,7 @@ impl AsyncStream {
             let touched: Vec<(TiledHandle, TiledState)> =
                 lock(&self.inner).capture.as_ref().map(|c| c.touched.clone()).unwrap_or_default();
             if cuda {
-                for s in &self.streams[1..] {
+                for s in self.all_streams().skip(1) {
                     self.streams[0].wait_event(&s.record_marker()?)?;
                 }
                 for (h, before) in &touched {
@@ -228,7 +273,7 @@ impl AsyncStream {
                 Ok(None)
             }
         })();
-        let mut buffers: Vec<Arc<Buffer>> = self.streams.iter().flat_map(|s| s.end_capture_retention()).collect();
+        let mut buffers: Vec<Arc<Buffer>> = self.all_streams().flat_map(|s| s.end_capture_retention()).collect();
         buffers.push(self.flag.buffer().clone());
         run?;
         Ok((finish?, buffers))
@@ -298,13 +343,22 @@ impl LaunchTarget for AsyncStream {
     fn submit(&self, mut launch: PreparedLaunch) -> Result<u32> {
         let mut inner = lock(&self.inner);
         let n = self.streams.len();
-        let s = if self.overlap { (inner.launches % n as u64) as usize } else { 0 };
-        let stream = &self.streams[s];
+        let s = if launch.partition {
+            if self.partition.is_none() {
+                return Err(Error::launch(launch.kernel, "asked for the SM partition, but this AsyncStream has none (AsyncOptions::partition_sms)"));
+            }
+            n
+        } else if self.overlap {
+            (inner.launches % n as u64) as usize
+        } else {
+            0
+        };
+        let stream = self.stream(s);
         let id = launch.ctx.launch_id;
 
         // Hold the launch until the previous one started a CTA (different stream only).
         let wait = match inner.prev {
-            Some((ps, token, prev_kernel)) if self.overlap && ps != s => {
+            Some((ps, token, prev_kernel)) if self.overlap && self.begin_wait && ps != s => {
                 let wait_id = self.device.next_launch_id();
                 let ctx = KernelCtx {
                     begin_flag: std::ptr::null_mut(),
@@ -324,7 +378,7 @@ impl LaunchTarget for AsyncStream {
             }
             _ => None,
         };
-        if self.overlap && n > 1 {
+        if self.overlap && self.begin_wait && (n > 1 || self.partition.is_some()) {
             inner.token = inner.token.wrapping_add(1);
             launch.ctx.begin_flag = self.flag.addr() as *mut i32;
             launch.ctx.begin_token = inner.token;
@@ -373,7 +427,7 @@ impl AsyncStream {
                 }
                 CpuOp::Fill { buffer, words, value } => {
                     // After all streams: join them into stream 0, then fill in order.
-                    for s in &self.streams[1..] {
+                    for s in self.all_streams().skip(1) {
                         self.streams[0].wait_event(&s.record_marker()?)?;
                     }
                     let addr = buffer.addr();

@@ -176,6 +176,20 @@ impl Device {
         lock(&self.inner.notes)
     }
 
+    /// Loads a kernel crate's PTX module (every function in it) now. Launches load
+    /// modules on first use; preloading keeps that out of overlapped and timed runs.
+    pub fn preload(&self, module: &'static crate::PtxModule) -> Result<()> {
+        match self.backend() {
+            DeviceBackend::Cuda(c) => c.preload(module),
+            DeviceBackend::Cpu(_) => Ok(()),
+        }
+    }
+
+    /// Bytes of device memory the allocator holds (in use or cached; 0 on the CPU backend).
+    pub fn reserved_bytes(&self) -> usize {
+        self.cuda_device().map_or(0, |c| c.reserved_bytes())
+    }
+
     /// Same device (same handle).
     pub fn same(&self, other: &Device) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
@@ -197,10 +211,7 @@ impl Device {
             CpuError::Deadlock(report) => {
                 let notes = self.notes();
                 let waits = report.waits.iter().map(|w| notes.describe_wait(&w.site, w.value)).collect();
-                Error::Sync(SyncFailure {
-                    headline: format!("deadlock on the CPU backend: every resident CTA is waiting\n{report}"),
-                    waits,
-                })
+                Error::Sync(SyncFailure { headline: format!("CPU backend: {report}"), waits })
             }
             other => Error::Cpu(other.to_string()),
         }

@@ -35,7 +35,7 @@ impl Graph {
                 // The graph runs on the stream it was captured from: order it after all
                 // of `on`'s streams, and them after it.
                 let s0 = &on.streams()[0];
-                for s in &on.streams()[1..] {
+                for s in on.streams().iter().skip(1).chain(on.partition().map(|p| p.stream())) {
                     s0.wait_event(&s.record_marker()?)?;
                 }
                 g.launch().ctx(|| "launching a graph".into())?;

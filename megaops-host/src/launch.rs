@@ -49,6 +49,9 @@ pub struct LaunchOptions {
     pub occupancy_limit: Option<u32>,
     /// Tile-wait timeout for this launch (default: the device's).
     pub timeout: Option<Duration>,
+    /// Run on the AsyncStream's SM partition (green context), e.g. for a communication
+    /// kernel that must not compete with computation for SMs.
+    pub partition: bool,
 }
 
 impl LaunchOptions {
@@ -78,6 +81,12 @@ impl LaunchOptions {
     /// Sets the wait timeout.
     pub fn timeout(mut self, t: Duration) -> Self {
         self.timeout = Some(t);
+        self
+    }
+
+    /// Runs the launch on the AsyncStream's SM partition.
+    pub fn on_partition(mut self) -> Self {
+        self.partition = true;
         self
     }
 }
@@ -183,6 +192,8 @@ pub struct PreparedLaunch {
     pub accesses: Vec<Access>,
     /// `Tiled` tensors this launch produces.
     pub produced: Vec<TiledHandle>,
+    /// Asked to run on the SM partition.
+    pub partition: bool,
 }
 
 impl PreparedLaunch {
@@ -468,6 +479,7 @@ impl<'a> KernelLaunch<'a> {
             note,
             accesses: self.accesses,
             produced: self.produced.iter().map(|(h, _)| h.clone()).collect(),
+            partition: self.opts.partition,
         };
         if num_tiles == 0 {
             // Nothing to compute (an empty dimension): no launch; the (empty) outputs
@@ -543,6 +555,9 @@ impl LaunchTarget for Stream {
     }
 
     fn submit(&self, launch: PreparedLaunch) -> Result<u32> {
+        if launch.partition {
+            return Err(Error::launch(launch.kernel, "asked for an SM partition, but a plain Stream has none (use an AsyncStream with one)"));
+        }
         let id = launch.ctx.launch_id;
         self.device().notes().insert(id, launch.note.clone());
         launch.launch_on(self)?;
@@ -550,24 +565,25 @@ impl LaunchTarget for Stream {
     }
 }
 
-/// What binding an argument yields.
+/// What binding an argument yields (built by the implementations for [`Tensor`] and
+/// [`Tiled`]; opaque outside the runtime).
 pub struct Binding {
     /// Device address of the first element.
-    pub addr: u64,
+    pub(crate) addr: u64,
     /// The data buffer.
-    pub data: Arc<Buffer>,
+    pub(crate) data: Arc<Buffer>,
     /// Shape.
-    pub shape: Vec<usize>,
+    pub(crate) shape: Vec<usize>,
     /// Device.
-    pub device: Device,
+    pub(crate) device: Device,
     /// Semaphores (inactive for plain tensors).
-    pub sync: TileSync,
+    pub(crate) sync: TileSync,
     /// Buffers the launch keeps alive.
-    pub buffers: Vec<Arc<Buffer>>,
+    pub(crate) buffers: Vec<Arc<Buffer>>,
     /// For messages: tensor id and note.
-    pub note: Option<(u32, TensorNote)>,
+    pub(crate) note: Option<(u32, TensorNote)>,
     /// For `Tiled` outputs: the tensor's protocol state.
-    pub tiled: Option<TiledHandle>,
+    pub(crate) tiled: Option<TiledHandle>,
 }
 
 /// An argument a kernel can read as a synchronised input of element type `T` and rank

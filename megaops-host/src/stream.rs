@@ -68,6 +68,11 @@ impl Stream {
         Ok(Stream { device: device.clone(), raw, inflight: Mutex::new(Inflight::default()) })
     }
 
+    /// Wraps an existing CUDA stream (e.g. one on a green context).
+    pub(crate) fn from_raw_cuda(device: &Device, stream: Arc<CudaStream>, _borrowed: bool) -> Result<Stream> {
+        Ok(Stream { device: device.clone(), raw: RawStream::Cuda(stream), inflight: Mutex::new(Inflight::default()) })
+    }
+
     /// The device.
     pub fn device(&self) -> &Device {
         &self.device
@@ -145,7 +150,7 @@ impl Stream {
                 // kernel is done; geometry was validated against device limits.
                 unsafe {
                     result::launch_kernel(
-                        f.cu_function(),
+                        f.0,
                         (l.grid[0], l.grid[1], l.grid[2]),
                         (l.block[0], l.block[1], l.block[2]),
                         l.dynamic_smem,

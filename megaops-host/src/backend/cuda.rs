@@ -3,7 +3,8 @@
 
 use crate::error::{CudaContext as _, Error, Result};
 use crate::module::PtxModule;
-use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::driver::{result, sys, CudaContext, CudaStream};
+use std::ffi::CString;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -23,17 +24,32 @@ pub(crate) struct CudaDevice {
     pool: Mutex<Pool>,
 }
 
+/// A loaded module. Every function in it is loaded at module-load time (`cuFuncLoad`):
+/// with CUDA's lazy loading, the first launch of a kernel may otherwise wait for running
+/// kernels — fatal when a producer's first launch waits behind its spinning consumer.
 struct LoadedModule {
-    module: Arc<CudaModule>,
+    module: sys::CUmodule,
     arch: &'static str,
     functions: Mutex<HashMap<&'static str, LoadedFunction>>,
 }
 
-#[derive(Clone)]
+// SAFETY: CUmodule/CUfunction handles are thread-safe driver handles; the maps are
+// behind a mutex.
+unsafe impl Send for LoadedModule {}
+unsafe impl Sync for LoadedModule {}
+
+#[derive(Clone, Copy)]
 struct LoadedFunction {
-    func: CudaFunction,
+    func: sys::CUfunction,
     smem_limit: u32,
 }
+
+/// A kernel entry ready to launch.
+#[derive(Clone, Copy)]
+pub(crate) struct Function(pub sys::CUfunction);
+
+// SAFETY: CUfunction handles are thread-safe driver handles.
+unsafe impl Send for Function {}
 
 /// Freed allocations by rounded size, reused before asking the driver (`cuMemFree`
 /// synchronises the device, which would serialise overlapped work).
@@ -65,6 +81,12 @@ impl CudaDevice {
         }
         if ordinal >= count as usize {
             return Err(Error::NoDevice(format!("device {ordinal} requested, {count} present")));
+        }
+        if std::env::var_os("CUDA_MODULE_LOADING").is_none() {
+            // SAFETY: set before the driver initialises (it reads the variable once, in
+            // cuInit); MegaOps creates devices before launching threads that read the
+            // environment. Eager loading keeps module loads out of overlapped runs.
+            unsafe { std::env::set_var("CUDA_MODULE_LOADING", "EAGER") };
         }
         let ctx = CudaContext::new(ordinal).ctx(|| format!("creating a context on device {ordinal}"))?;
         // SAFETY: disabling tracking only affects buffers allocated afterwards; MegaOps
@@ -136,30 +158,41 @@ impl CudaDevice {
         lock(&self.pool).reserved
     }
 
+    /// Loads a module now (and all its functions), outside any overlapped run.
+    pub fn preload(&self, module: &'static PtxModule) -> Result<()> {
+        self.module(module).map(|_| ())
+    }
+
     /// The CUfunction of `entry` in `module`, loading the module on first use and opting
     /// the function in to `dynamic_smem` bytes of dynamic shared memory when above 48 KiB.
-    pub fn function(&self, module: &'static PtxModule, entry: &'static str, dynamic_smem: u32) -> Result<CudaFunction> {
+    pub fn function(&self, module: &'static PtxModule, entry: &'static str, dynamic_smem: u32) -> Result<Function> {
         let loaded = self.module(module)?;
         let mut functions = lock(&loaded.functions);
         let lf = match functions.get(entry) {
-            Some(f) => f.clone(),
+            Some(f) => *f,
             None => {
-                let func = loaded.module.load_function(entry).ctx(|| {
-                    format!("looking up kernel `{entry}` in the {} PTX of `{}`", loaded.arch, module.name)
-                })?;
+                let name = CString::new(entry).map_err(|_| Error::Invalid(format!("kernel name `{entry}` contains NUL")))?;
+                self.bind()?;
+                let mut func: sys::CUfunction = std::ptr::null_mut();
+                // SAFETY: module is a live module handle; name is NUL-terminated.
+                unsafe { sys::cuModuleGetFunction(&mut func, loaded.module, name.as_ptr()) }
+                    .result()
+                    .ctx(|| format!("looking up kernel `{entry}` in the {} PTX of `{}`", loaded.arch, module.name))?;
                 let lf = LoadedFunction { func, smem_limit: DEFAULT_SMEM_LIMIT };
-                functions.insert(entry, lf.clone());
+                functions.insert(entry, lf);
                 lf
             }
         };
         if dynamic_smem > lf.smem_limit {
             use sys::CUfunction_attribute_enum as F;
-            lf.func
-                .set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_smem as i32)
+            // SAFETY: a live function handle; the attribute value was checked against
+            // the device's opt-in limit by the launch.
+            unsafe { sys::cuFuncSetAttribute(lf.func, F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_smem as i32) }
+                .result()
                 .ctx(|| format!("opting `{entry}` in to {dynamic_smem} bytes of dynamic shared memory"))?;
-            functions.insert(entry, LoadedFunction { func: lf.func.clone(), smem_limit: dynamic_smem });
+            functions.insert(entry, LoadedFunction { func: lf.func, smem_limit: dynamic_smem });
         }
-        Ok(lf.func)
+        Ok(Function(lf.func))
     }
 
     fn module(&self, module: &'static PtxModule) -> Result<Arc<LoadedModule>> {
@@ -173,10 +206,24 @@ impl CudaDevice {
                 module.name, self.name, self.cc.0, self.cc.1, self.cc.0, self.cc.1
             ))
         })?;
-        let m = self
-            .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(src))
+        let image = CString::new(src).map_err(|_| Error::Invalid(format!("the PTX of `{}` contains NUL", module.name)))?;
+        self.bind()?;
+        let mut m: sys::CUmodule = std::ptr::null_mut();
+        // SAFETY: image is a NUL-terminated PTX text; the context is bound.
+        unsafe { sys::cuModuleLoadData(&mut m, image.as_ptr() as *const std::ffi::c_void) }
+            .result()
             .ctx(|| format!("loading the {arch} PTX of `{}`", module.name))?;
+        // Load every function now (see LoadedModule).
+        let mut count: std::ffi::c_uint = 0;
+        // SAFETY: m is the module just loaded; the array has `count` slots.
+        unsafe {
+            sys::cuModuleGetFunctionCount(&mut count, m).result().ctx(|| "counting a module's functions".into())?;
+            let mut funcs = vec![std::ptr::null_mut(); count as usize];
+            sys::cuModuleEnumerateFunctions(funcs.as_mut_ptr(), count, m).result().ctx(|| "listing a module's functions".into())?;
+            for f in funcs {
+                sys::cuFuncLoad(f).result().ctx(|| format!("loading the functions of `{}`", module.name))?;
+            }
+        }
         let loaded = Arc::new(LoadedModule { module: m, arch, functions: Mutex::new(HashMap::new()) });
         lock(&self.modules).insert(module.key(), loaded.clone());
         Ok(loaded)
@@ -192,6 +239,10 @@ impl Drop for CudaDevice {
     fn drop(&mut self) {
         let _ = self.ctx.synchronize();
         let _ = self.trim();
+        for m in lock(&self.modules).values() {
+            // SAFETY: the device is idle and nothing uses the module any more.
+            let _ = unsafe { sys::cuModuleUnload(m.module) };
+        }
     }
 }
 
