@@ -1,7 +1,7 @@
 //! Test kernels for every primitive family of `megaops-device`.
 //!
 //! Each kernel is written once, as an ordinary `pub unsafe fn` (its *body*), so that the
-//! host build can run the same code on the CPU backend; [`entry!`] adds the PTX entry
+//! host build can run the same code on the CPU backend; the `entry!` macro adds the PTX entry
 //! point of the same name for the `nvptx64` build. Each kernel writes what it observed to
 //! an output buffer, and its module has (on the host) a CPU reference or checker that says
 //! what a correct GPU must have written. Every kernel's documentation gives its launch

@@ -146,9 +146,12 @@ unsafe fn mma_tile(
     }
 }
 
-/// [`mma_tile`] with bf16 `a` (16×32 row-major), `b` (32×16 row-major) and `bt` (16×32,
-/// the transpose of `b`), f32 `c` (16×16); `d` gets the result twice (B through
-/// `ldmatrix.trans`, then B through plain `ldmatrix` of `bt`): 512 f32.
+/// `d = A·B + C` for a 16×16 tile with K = 32, by one warp, with bf16 `a` (16×32
+/// row-major), `b` (32×16 row-major) and `bt` (16×32, the transpose of `b`), f32 `c`
+/// (16×16). A, B and Bᵀ are copied to shared memory with `cp.async.cg`; for each 8-column
+/// half and 16-deep step A comes from `ldmatrix.x4`, and B once from `ldmatrix.x2.trans`
+/// of `b` and once from `ldmatrix.x2` of `bt`, each feeding its own chain of `mma.sync`.
+/// `d` gets both results (512 f32: the `.trans` chain, then the plain one).
 ///
 /// Launch: grid `(1, 1, 1)`, block `(32, 1, 1)`. All pointers 16-byte aligned.
 ///
