@@ -1,0 +1,89 @@
+//! The GEMM epilogue: accumulators → bf16 → a swizzled `BM × BN` tile in shared memory →
+//! 16-byte coalesced, bounds-checked stores to `C`.
+//!
+//! Each thread converts pairs of its f32 accumulators with `cvt.rn.bf16x2.f32`
+//! ([`pack_bf16x2`]) and writes them as 4-byte words into the C tile (row-major, `BN / 8`
+//! chunks per row, swizzle of [`super::tile`]: an 8×8 block written by a warp hits 32
+//! different banks). After a barrier, thread `t` copies chunk `t % (BN/8)` of rows
+//! `t / (BN/8) + i·(THREADS / (BN/8))`: 16-byte `ld.shared.v4` then `st.global.v4`, a
+//! warp writing whole 128-byte lines of `C`. Rows past `m` and columns past `n` are not
+//! written. When `n % 8 != 0` the rows of `C` are not 16-byte aligned and the copy falls
+//! back to 2-byte stores of the in-bounds elements.
+
+use super::pipeline::{Acc, Tile};
+use super::tile::{swizzle_bytes, unroll};
+use megaops::bf16;
+use megaops::device::convert::pack_bf16x2;
+use megaops::device::memory::{cp_async_wait_all, st_global_v4_u32};
+use megaops::device::thread::sync_threads;
+
+impl<
+    const BM: usize,
+    const BN: usize,
+    const BK: usize,
+    const STAGES: usize,
+    const WARPS_M: usize,
+    const WARPS_N: usize,
+    const MI: usize,
+    const NI: usize,
+    const NN: bool,
+> Tile<BM, BN, BK, STAGES, WARPS_M, WARPS_N, MI, NI, NN>
+{
+    /// Stores this CTA's block of `C` (`acc` from [`Tile::mainloop`]) as bf16, rounding to
+    /// nearest even. Reuses the pipeline's shared memory.
+    ///
+    /// # Safety
+    /// All threads of the CTA call it, converged, right after [`Tile::mainloop`]; `c` is a
+    /// 16-byte aligned row-major `[m, n]` bf16 matrix.
+    #[inline(always)]
+    pub unsafe fn store(&self, acc: &Acc<MI, NI>, c: *mut bf16) {
+        let (tid, lane, warp_m, warp_n) = self.thread();
+        let (m, n, _) = self.dims();
+        let smem = self.smem();
+        let cpr = Self::CPR_N as u32;
+        // Every copy has landed and every warp is past its last fragment load.
+        cp_async_wait_all();
+        sync_threads();
+        let (g, t) = (lane / 4, lane % 4);
+        unroll!(i in 0..MI => {
+            unroll!(j in 0..NI => {
+                unroll!(h in 0..2 => {
+                    let row = warp_m * Self::WM as u32 + 16 * i as u32 + g + 8 * h as u32;
+                    let chunk = (warp_n * Self::WN as u32) / 8 + j as u32;
+                    let word = pack_bf16x2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                    // SAFETY: inside the BM × BN tile (CHECK: it fits the shared memory),
+                    // 4-byte aligned; each word is written by exactly one thread.
+                    unsafe { smem.byte_add((swizzle_bytes(row, chunk, cpr) + 4 * t) as usize).cast::<u32>().write(word) };
+                });
+            });
+        });
+        sync_threads();
+        let (r0, ch) = (tid / cpr, tid % cpr);
+        let col = self.col0 + ch * 8;
+        let from = smem.byte_add(swizzle_bytes(r0, ch, cpr) as usize);
+        let aligned = n % 8 == 0;
+        unroll!(i in 0..BM / Self::RPI_N => {
+            let row = self.row0 + r0 + (i * Self::RPI_N) as u32;
+            if row < m && col < n {
+                // SAFETY: this thread's chunk of the C tile (shifting by whole iterations
+                // keeps the swizzle), written before the barrier above.
+                let v = unsafe { from.byte_add(i * Self::THREADS * 16).cast::<[u32; 4]>().read() };
+                // SAFETY: (row, col) is inside C.
+                let dst = unsafe { c.add(row as usize * n as usize + col as usize) };
+                if aligned {
+                    // SAFETY: n % 8 == 0 and col % 8 == 0, so all 8 elements are in bounds
+                    // and the address is 16-byte aligned (C is).
+                    unsafe { st_global_v4_u32(dst.cast(), v) };
+                } else {
+                    unroll!(e in 0..8 => {
+                        if col + (e as u32) < n {
+                            let bits = (v[e / 2] >> (16 * (e % 2))) as u16;
+                            // SAFETY: element (row, col + e) is inside C.
+                            unsafe { dst.add(e).write(bf16::from_bits(bits)) };
+                        }
+                    });
+                }
+            }
+        });
+    }
+}

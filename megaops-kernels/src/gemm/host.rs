@@ -1,0 +1,128 @@
+//! Host-side helpers of the GEMM kernels: the shape and alignment checks the generated
+//! launchers cannot make (the weight is a plain pointer), tile sizes of each config, and
+//! a grouped CTA order for L2 reuse.
+
+use megaops::launch::ConfigInfo;
+use megaops::{Error, Result, Tensor, bf16};
+
+fn check_common(
+    kernel: &str,
+    m: u32,
+    n: u32,
+    k: u32,
+    b: &Tensor<bf16>,
+    b_shape: [usize; 2],
+    b_name: &str,
+) -> Result<()> {
+    if b.shape() != b_shape {
+        return Err(Error::Shape(format!(
+            "`{kernel}` with m = {m}, n = {n}, k = {k} expects `{b_name}` of shape {b_shape:?}, got {:?}",
+            b.shape()
+        )));
+    }
+    if k % 8 != 0 {
+        return Err(Error::Shape(format!(
+            "`{kernel}` needs k % 8 == 0 (16-byte aligned rows for cp.async); k = {k}: pad k to a multiple of 8"
+        )));
+    }
+    if b.addr() % 16 != 0 {
+        return Err(Error::Shape(format!(
+            "`{kernel}`: `{b_name}` must be 16-byte aligned (address {:#x})",
+            b.addr()
+        )));
+    }
+    let _ = m;
+    Ok(())
+}
+
+/// Checks what [`super::matmul`]'s launcher does not: `w` is `[n, k]`, `k % 8 == 0`, and
+/// `w` is 16-byte aligned. (The launcher checks that `a` is `[m, k]` and `c` is `[m, n]`;
+/// their alignment holds for whole tensors.)
+pub fn check_matmul(m: u32, n: u32, k: u32, w: &Tensor<bf16>) -> Result<()> {
+    check_common("matmul", m, n, k, w, [n as usize, k as usize], "w")
+}
+
+/// Checks what [`super::matmul_nn`]'s launcher does not: `b` is `[k, n]`, `k % 8 == 0`,
+/// `n % 8 == 0`, and `b` is 16-byte aligned.
+pub fn check_matmul_nn(m: u32, n: u32, k: u32, b: &Tensor<bf16>) -> Result<()> {
+    check_common("matmul_nn", m, n, k, b, [k as usize, n as usize], "b")?;
+    if n % 8 != 0 {
+        return Err(Error::Shape(format!(
+            "`matmul_nn` needs n % 8 == 0 (16-byte aligned rows of B); n = {n}"
+        )));
+    }
+    Ok(())
+}
+
+/// The value of constant `key` in a config description such as
+/// `"BM=128, BN=128, BK=32"` (the `name` of a [`ConfigInfo`]).
+pub fn config_value(config: &ConfigInfo, key: &str) -> Option<u32> {
+    config.name.split(',').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        if k.trim() == key {
+            v.trim().trim_end_matches("u32").parse().ok()
+        } else {
+            None
+        }
+    })
+}
+
+/// `(BM, BN)` of a GEMM config.
+pub fn config_tile(config: &ConfigInfo) -> Option<(u32, u32)> {
+    Some((config_value(config, "BM")?, config_value(config, "BN")?))
+}
+
+/// A CTA order (for `Remap::Table`) that walks the tile grid of an `m × n` output with
+/// `bm × bn` tiles in groups of `group` tile rows: consecutive CTAs sweep `group` rows of
+/// `A` across all of `n` column by column, so the CTAs resident at once share both A and
+/// W tiles in L2 (Triton's "grouped ordering"). Entry `t` is the row-major kernel-tile
+/// index (`pid_m · n.div_ceil(bn) + pid_n`) that CTA `t` computes; a permutation.
+pub fn grouped_order(m: u32, n: u32, bm: u32, bn: u32, group: u32) -> Vec<u32> {
+    let (tiles_m, tiles_n) = (m.div_ceil(bm.max(1)), n.div_ceil(bn.max(1)));
+    let group = group.max(1);
+    let per_group = group * tiles_n;
+    (0..tiles_m * tiles_n)
+        .map(|t| {
+            let first_m = (t / per_group) * group;
+            let rows = (tiles_m - first_m).min(group);
+            let in_group = t % per_group;
+            let (pid_m, pid_n) = (first_m + in_group % rows, in_group / rows);
+            pid_m * tiles_n + pid_n
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grouped_order_is_a_permutation() {
+        for (m, n, bm, bn, g) in [
+            (1000, 3000, 128, 128, 8),
+            (64, 64, 128, 128, 4),
+            (4096, 4096, 128, 256, 8),
+            (300, 50, 64, 64, 3),
+        ] {
+            let mut order = grouped_order(m, n, bm, bn, g);
+            let len = order.len();
+            assert_eq!(len as u32, m.div_ceil(bm) * n.div_ceil(bn));
+            order.sort_unstable();
+            assert!(
+                order.iter().enumerate().all(|(i, &t)| i as u32 == t),
+                "{m}×{n} / {bm}×{bn} group {g}"
+            );
+        }
+    }
+
+    #[test]
+    fn config_values_parse() {
+        let c = ConfigInfo {
+            name: "BM=128, BN=64, BK=32, STAGES=4",
+            entry: "matmul__cfg0",
+        };
+        assert_eq!(config_tile(&c), Some((128, 64)));
+        assert_eq!(config_value(&c, "STAGES"), Some(4));
+        assert_eq!(config_value(&c, "X"), None);
+    }
+}

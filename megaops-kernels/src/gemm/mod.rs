@@ -1,0 +1,185 @@
+//! Tensor-core GEMM for prefill: `C[m, n] = A[m, k] · Wᵀ` ([`matmul`], weights as PyTorch
+//! `Linear` stores them, `W[n, k]`) and `C = A · B` ([`matmul_nn`], `B[k, n]`), bf16 in and
+//! out, f32 accumulation.
+//!
+//! # Kernel tiling (what a CTA reads and writes)
+//!
+//! Kernel tile `(pid_m, pid_n)` computes rows `pid_m·BM..+BM` × columns `pid_n·BN..+BN` of
+//! `C`; it reads rows `pid_m·BM..+BM` of `A` (all of `k`, the synchronised input: it waits
+//! for the data tiles of `A` covering those rows) and the matching `BN` rows of `W` (all of
+//! `k`; plain weights, loaded before the wait). Grid: `m.div_ceil(BM) × n.div_ceil(BN)`,
+//! `pid_n` fastest.
+//!
+//! # How (per CTA)
+//!
+//! - `STAGES`-deep `cp.async.cg` pipeline (16-byte copies, zero-filled at the edges,
+//!   `commit_group`/`wait_group STAGES-2`) into XOR-swizzled shared memory
+//!   ([`tile`], no bank conflicts on writes or reads);
+//! - `WARPS_M × WARPS_N` warps, each a `(BM/WARPS_M) × (BN/WARPS_N)` block of `C` as
+//!   `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` tiles, fragments loaded with
+//!   `ldmatrix.x4` (`.trans` for `B[k, n]`) and double-buffered in registers;
+//! - the first `STAGES-1` k-tiles of `W` are requested before the wait for `A`
+//!   (`#[prefetch]`, paper §3.2);
+//! - epilogue: `cvt.rn.bf16x2.f32`, a swizzled C tile in shared memory, 16-byte
+//!   `st.global.v4` stores with bounds checks ([`epilogue`]).
+//!
+//! Details in [`pipeline`].
+//!
+//! # Requirements (not checked by the generated launcher: call [`check_matmul`] /
+//! [`check_matmul_nn`] first)
+//!
+//! - `A` is `[m, k]`, `C` is `[m, n]` (the launcher checks these two), `W` is `[n, k]`
+//!   (`B` is `[k, n]`), all row-major and contiguous;
+//! - **`k % 8 == 0`** (rows of `A` and `W` start 16-byte aligned, as `cp.async` of 16
+//!   bytes needs); for [`matmul_nn`] also **`n % 8 == 0`**;
+//! - every pointer 16-byte aligned (tensors from `Tensor::*` are 256-byte aligned; a
+//!   `narrow`ed view is aligned when its row offset times the row bytes is a multiple
+//!   of 16);
+//! - `m`, `n` (NT) and `k` are otherwise arbitrary: any size ≥ 0, edge tiles are masked.
+//!   `n % 8 != 0` is supported by [`matmul`] but stores `C` with 2-byte instead of
+//!   16-byte stores.
+//!
+//! # Configs (`LaunchOptions::config(i)`)
+//!
+//! | i | BM×BN×BK | stages | warps (M×N) | warp tile | smem | CTAs/SM (regs) | for |
+//! |---|---|---|---|---|---|---|---|
+//! | 0 | 128×128×32 | 4 | 2×2 | 64×64 | 64 KiB | 2 | default |
+//! | 1 | 128×256×32 | 4 | 2×4 | 64×64 | 96 KiB | 1 | large n |
+//! | 2 | 256×128×32 | 4 | 4×2 | 64×64 | 96 KiB | 1 | large m |
+//! | 3 | 128×128×32 | 5 | 2×2 | 64×64 | 80 KiB | 2 | deeper pipeline |
+//! | 4 | 64×128×64 | 3 | 2×2 | 32×64 | 72 KiB | 2 | small m |
+//! | 5 | 64×64×64 | 4 | 2×2 | 32×32 | 64 KiB | 3 | small m and n (many CTAs) |
+//! | 6 | 128×128×32 | 4 | 2×4 | 64×32 | 64 KiB | 1 | more warps per CTA |
+//! | 7 | 128×64×64 | 4 | 2×2 | 64×32 | 96 KiB | 2 | small n |
+//!
+//! 64×64 warp tiles read 32 FLOP per byte of shared memory (`ldmatrix`), 64×32 ones 21:
+//! on Hopper the latter are bound by shared-memory bandwidth near mma.sync's peak.
+//!
+//! [`matmul_nn`] has the same configs.
+
+pub mod epilogue;
+pub mod pipeline;
+pub mod tile;
+
+use megaops::bf16;
+use pipeline::Tile;
+
+/// The [`Tile`] type of the config in scope (its constants `BM`, `BN`, `BK`, `STAGES`,
+/// `WARPS_M`, `WARPS_N`), with B layout `$nn`.
+macro_rules! config_tile {
+    ($nn:literal) => {
+        Tile<
+            { BM as usize },
+            { BN as usize },
+            { BK as usize },
+            { STAGES as usize },
+            { WARPS_M as usize },
+            { WARPS_N as usize },
+            { (BM / WARPS_M / 16) as usize },
+            { (BN / WARPS_N / 8) as usize },
+            $nn,
+        >
+    };
+}
+
+/// `C = A · Wᵀ` in bf16 with f32 accumulation: `C[i, j] = Σ_k A[i, k] · W[j, k]`, the
+/// product of activations `A[m, k]` and the weight of a PyTorch `Linear(k, n)`,
+/// `W[n, k]`. Rounds once, to nearest even, when storing `C`.
+///
+/// Kernel tile `(pid_m, pid_n)`: rows `pid_m·BM..` × columns `pid_n·BN..` of `C`, reading
+/// rows `pid_m·BM..+BM` of `A` (waits for them when `A` is a produced `Tiled` tensor) and
+/// rows `pid_n·BN..+BN` of `W` (prefetched before that wait). See the [module docs](self)
+/// for the configs and the requirements: **`k % 8 == 0`**, 16-byte aligned pointers,
+/// `W` of shape `[n, k]` (check with [`check_matmul`]).
+///
+/// PTX: `cp.async.cg.shared.global` (16 B, zero-fill), `cp.async.commit_group` /
+/// `wait_group`, `ldmatrix.sync.aligned.m8n8.x4.shared.b16`,
+/// `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`, `cvt.rn.bf16x2.f32`,
+/// `st.global.v4.u32` (sm_80+).
+///
+/// # Safety
+/// The pointers are valid for the shapes above and 16-byte aligned; `k % 8 == 0`.
+#[rustfmt::skip] // one line per tile config
+#[megaops::kernel(
+    block = THREADS,
+    smem = (BM + BN) * BK * 2 * STAGES,
+    input(a[m, k] = [pid_m: BM, _]),
+    output(c[m, n] = [pid_m: BM, pid_n: BN]),
+)]
+#[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
+#[config(BM = 128, BN = 256, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256)]
+#[config(BM = 256, BN = 128, BK = 32, STAGES = 4, WARPS_M = 4, WARPS_N = 2, THREADS = 256)]
+#[config(BM = 128, BN = 128, BK = 32, STAGES = 5, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
+#[config(BM = 64, BN = 128, BK = 64, STAGES = 3, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
+#[config(BM = 64, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
+#[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256)]
+#[config(BM = 128, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
+pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u32, k: u32) {
+    const _: () = assert!(
+        THREADS == WARPS_M * WARPS_N * 32,
+        "THREADS must be WARPS_M * WARPS_N * 32"
+    );
+    type G = config_tile!(false);
+    #[prefetch]
+    let tile = G::new(pid_m, pid_n, m, n, k);
+    // SAFETY: every thread of the CTA runs these in order (no divergence before them);
+    // `b` is the `[n, k]` weight with `k % 8 == 0` (the caller's contract).
+    #[prefetch]
+    unsafe {
+        tile.prefetch_b(b)
+    };
+    // SAFETY: as above; `a` is `[m, k]` (checked by the launcher), the launch gives the CTA
+    // `(BM + BN) * BK * 2 * STAGES` bytes of dynamic shared memory = `G::SMEM_BYTES`.
+    let acc = unsafe { tile.mainloop(a, b) };
+    // SAFETY: `c` is `[m, n]` (checked by the launcher) and 16-byte aligned.
+    unsafe { tile.store(&acc, c) };
+}
+
+/// `C = A · B` in bf16 with f32 accumulation: `C[i, j] = Σ_k A[i, k] · B[k, j]`, with `B`
+/// row-major `[k, n]` (the "NN" layout). Same kernel tiling, configs and PTX as
+/// [`matmul`], except that B fragments come from `ldmatrix.sync.aligned.m8n8.x4.trans`.
+///
+/// Requirements: **`k % 8 == 0` and `n % 8 == 0`**, 16-byte aligned pointers, `B` of
+/// shape `[k, n]` (check with [`check_matmul_nn`]).
+///
+/// # Safety
+/// The pointers are valid for the shapes above and 16-byte aligned; `k % 8 == 0` and
+/// `n % 8 == 0`.
+#[rustfmt::skip] // one line per tile config
+#[megaops::kernel(
+    block = THREADS,
+    smem = (BM + BN) * BK * 2 * STAGES,
+    input(a[m, k] = [pid_m: BM, _]),
+    output(c[m, n] = [pid_m: BM, pid_n: BN]),
+)]
+#[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
+#[config(BM = 128, BN = 256, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256)]
+#[config(BM = 256, BN = 128, BK = 32, STAGES = 4, WARPS_M = 4, WARPS_N = 2, THREADS = 256)]
+#[config(BM = 128, BN = 128, BK = 32, STAGES = 5, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
+#[config(BM = 64, BN = 128, BK = 64, STAGES = 3, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
+#[config(BM = 64, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
+#[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256)]
+#[config(BM = 128, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
+pub unsafe fn matmul_nn(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u32, k: u32) {
+    const _: () = assert!(
+        THREADS == WARPS_M * WARPS_N * 32,
+        "THREADS must be WARPS_M * WARPS_N * 32"
+    );
+    type G = config_tile!(true);
+    #[prefetch]
+    let tile = G::new(pid_m, pid_n, m, n, k);
+    // SAFETY: as in `matmul`, with `b` the `[k, n]` matrix and `n % 8 == 0`.
+    #[prefetch]
+    unsafe {
+        tile.prefetch_b(b)
+    };
+    // SAFETY: as in `matmul`.
+    let acc = unsafe { tile.mainloop(a, b) };
+    // SAFETY: as in `matmul`.
+    unsafe { tile.store(&acc, c) };
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+mod host;
+#[cfg(not(target_arch = "nvptx64"))]
+pub use host::*;
