@@ -74,8 +74,10 @@ impl PtxBuilder {
     /// Builds, printing the error and exiting the build script with status 1 on failure.
     pub fn build_or_exit(self) {
         if let Err(e) = self.build() {
+            // Full text (with the command to reproduce) on stderr; one line for cargo.
             eprintln!("error: {e}");
-            println!("cargo::error={}", e.to_string().replace('\n', " "));
+            let first = e.to_string().lines().next().unwrap_or_default().to_string();
+            println!("cargo::error={first}");
             std::process::exit(1);
         }
     }

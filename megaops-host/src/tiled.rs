@@ -174,6 +174,20 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
         st.phase = Phase::Armed;
     }
 
+    /// Test support: records `kernel` as this cycle's producer *without launching
+    /// anything*, as if a producer had been launched that never signals. Consumers then
+    /// wait on data tiles nobody will fill — the situation the wait timeouts (GPU) and the
+    /// deadlock detection (CPU backend) exist to report. `ktile` is the pretend
+    /// producer's kernel tile per dimension (0 = whole dimension).
+    #[doc(hidden)]
+    pub fn plant_missing_producer(&mut self, kernel: &'static str, ktile: &[u32]) {
+        let mut k = [0u32; MAX_RANK];
+        for (d, &t) in ktile.iter().take(MAX_RANK).enumerate() {
+            k[d] = t;
+        }
+        lock(&self.state).phase = Phase::Produced(ProducerTiling { ktile: k, split: 1, kernel, launch_id: 0 });
+    }
+
     /// Copies the data to the host (waits for all queued work).
     pub fn to_vec(&self) -> Result<Vec<T>> {
         self.data.to_vec()

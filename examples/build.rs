@@ -1,0 +1,3 @@
+fn main() {
+    megaops_build::PtxBuilder::from_env().build_or_exit();
+}

@@ -1,0 +1,82 @@
+//! Kernels that exercise the data-tile protocol: a producer that writes a known pattern
+//! tile by tile (optionally slowly), a consumer that sums rows, and a kernel that keeps
+//! SMs busy for a while.
+
+use megaops::device::thread::{block_dim_x, thread_idx_x};
+use megaops::device::time::{global_timer, nanosleep};
+
+/// The value the producer writes at `(i, j)`; consumers and tests recompute it.
+#[inline(always)]
+pub fn pattern(i: u32, j: u32, seed: u32) -> f32 {
+    let h = i.wrapping_mul(2654435761) ^ j.wrapping_mul(40503) ^ seed.wrapping_mul(2246822519);
+    ((h >> 8) % 2001) as f32 / 1000.0 - 1.0
+}
+
+/// Spins until `ns` nanoseconds of `%globaltimer` have passed (yields on the CPU backend).
+#[inline(always)]
+pub fn spin_for(ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let start = global_timer();
+    while global_timer().wrapping_sub(start) < ns {
+        nanosleep(1000);
+    }
+}
+
+/// Writes `pattern(i, j, seed)` into `y[m, n]`, one `BM × BN` kernel tile per CTA, after
+/// spinning `delay_ns` (to make a slow producer). Kernel tiling of `y`: `[pid_m: BM,
+/// pid_n: BN]`.
+#[megaops::kernel(
+    block = 128,
+    output(y[m, n] = [pid_m: BM, pid_n: BN]),
+)]
+#[config(BM = 16, BN = 32)]
+#[config(BM = 7, BN = 5)]
+#[config(BM = 64, BN = 64)]
+pub unsafe fn produce(y: *mut f32, m: u32, n: u32, seed: u32, delay_ns: u64) {
+    spin_for(delay_ns);
+    let mut idx = thread_idx_x();
+    while idx < BM * BN {
+        let (i, j) = (pid_m * BM + idx / BN, pid_n * BN + idx % BN);
+        if i < m && j < n {
+            // SAFETY: (i, j) lies inside the m × n output.
+            unsafe { *y.add((i * n + j) as usize) = pattern(i, j, seed) };
+        }
+        idx += block_dim_x();
+    }
+}
+
+/// `sums[i] = Σ_j x[i, j]` for the `BM` rows of each kernel tile; waits for the data
+/// tiles of `x` those rows touch. Kernel tiling: `x: [pid_m: BM, _]`, `sums: [pid_m: BM]`.
+#[megaops::kernel(
+    block = 64,
+    input(x[m, n] = [pid_m: BM, _]),
+    output(sums[m] = [pid_m: BM]),
+)]
+#[config(BM = 8)]
+#[config(BM = 1)]
+#[config(BM = 33)]
+pub unsafe fn row_sums(x: *const f32, sums: *mut f32, m: u32, n: u32) {
+    let mut r = thread_idx_x();
+    while r < BM {
+        let i = pid_m * BM + r;
+        if i < m {
+            let mut s = 0.0f32;
+            for j in 0..n {
+                // SAFETY: (i, j) lies inside the m × n input.
+                s += unsafe { *x.add((i * n + j) as usize) };
+            }
+            // SAFETY: i < m.
+            unsafe { *sums.add(i as usize) = s };
+        }
+        r += block_dim_x();
+    }
+}
+
+/// Keeps `ctas` CTAs busy for `ns` nanoseconds (a long kernel that holds SMs).
+#[megaops::kernel(block = 32, tiles(t = ctas))]
+pub unsafe fn busy(ns: u64, ctas: u32) {
+    let _ = t;
+    spin_for(ns);
+}

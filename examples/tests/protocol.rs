@@ -1,0 +1,319 @@
+//! The data-tile protocol end to end, on the CPU backend over many interleavings (seeds)
+//! and, when a GPU is present, on the GPU: producer → consumer through `Tiled` tensors with
+//! every pairing of kernel tiles and data tiles (including sizes that do not divide each
+//! other, 2-D and irregular tilings), epochs, AsyncStream and its no-overlap mode, graph
+//! capture and replay, hazard ordering of plain tensors, the deadlock that the begin-CTA
+//! rule prevents, hang reports, and the errors raised before anything runs.
+
+use megaops::testing::{cpu_device, gpu_or_skip};
+use megaops::{
+    AsyncOptions, AsyncStream, DataTiling, Device, DynGrid, DynRows, Error, Irregular, LaunchOptions, LaunchTarget,
+    Result, Stream, Tensor, Tiled,
+};
+use megaops_examples::protocol::{busy, pattern, produce, row_sums};
+use std::time::Duration;
+
+fn expected_sums(m: u32, n: u32, seed: u32) -> Vec<f64> {
+    (0..m).map(|i| (0..n).map(|j| pattern(i, j, seed) as f64).sum()).collect()
+}
+
+fn check_sums(what: &str, got: &[f32], m: u32, n: u32, seed: u32) {
+    let want = expected_sums(m, n, seed);
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!((*g as f64 - w).abs() <= 1e-3 * (1.0 + w.abs()), "{what}: row {i}: got {g}, want {w}");
+    }
+}
+
+/// Produce into a `Tiled` with `tiling`, consume on `on`; returns the row sums.
+fn chain<D: DataTiling, L: LaunchTarget>(
+    dev: &Device,
+    on: &L,
+    m: u32,
+    n: u32,
+    tiling: D,
+    pcfg: usize,
+    ccfg: usize,
+    seed: u32,
+    delay_ns: u64,
+) -> Result<Vec<f32>> {
+    let mut y = Tiled::<f32, D>::new(dev, &[m as usize, n as usize], tiling, "y")?;
+    let mut sums = Tensor::<f32>::full(dev, &[m as usize], f32::NAN)?;
+    produce::launch_with(on, &LaunchOptions::config(pcfg), &mut y, m, n, seed, delay_ns)?;
+    row_sums::launch_with(on, &LaunchOptions::config(ccfg), &y, &mut sums, m, n)?;
+    sums.to_vec()
+}
+
+#[test]
+fn every_pairing_of_kernel_and_data_tiles_on_the_cpu_backend() -> Result<()> {
+    for seed in 0..3u64 {
+        let dev = cpu_device(seed)?;
+        let s = AsyncStream::new(&dev, 2)?;
+        for (m, n) in [(70u32, 45u32), (1, 3), (64, 64)] {
+            for dtile in [1u32, 5, 16, 70] {
+                for pcfg in 0..produce::CONFIGS.len() {
+                    for ccfg in 0..row_sums::CONFIGS.len() {
+                        let what = format!("seed {seed} {m}x{n} rows of {dtile} producer {pcfg} consumer {ccfg}");
+                        let got = chain(&dev, &s, m, n, DynRows(dtile), pcfg, ccfg, seed as u32 + dtile, 0)?;
+                        check_sums(&what, &got, m, n, seed as u32 + dtile);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn two_dimensional_and_irregular_tilings() -> Result<()> {
+    let dev = cpu_device(11)?;
+    let s = AsyncStream::new(&dev, 3)?;
+    let (m, n) = (50u32, 37u32);
+    for (r, c) in [(1u32, 1u32), (7, 9), (16, 37), (64, 64)] {
+        for pcfg in 0..produce::CONFIGS.len() {
+            let got = chain(&dev, &s, m, n, DynGrid(r, c), pcfg, 0, r * 100 + c, 0)?;
+            check_sums(&format!("grid {r}x{c} producer {pcfg}"), &got, m, n, r * 100 + c);
+        }
+    }
+    let got = chain(&dev, &s, m, n, Irregular::rows(vec![0, 3, 4, 20, 49, 50]), 1, 2, 5, 0)?;
+    check_sums("irregular rows", &got, m, n, 5);
+    Ok(())
+}
+
+#[test]
+fn slow_producer_and_many_epochs_of_one_tensor() -> Result<()> {
+    let dev = cpu_device(3)?;
+    let s = AsyncStream::new(&dev, 2)?;
+    let (m, n) = (40u32, 24u32);
+    let mut y = Tiled::<f32, DynRows>::new(&dev, &[m as usize, n as usize], DynRows(8), "y")?;
+    let mut sums = Tensor::<f32>::full(&dev, &[m as usize], f32::NAN)?;
+    for epoch in 0..6u32 {
+        if epoch > 0 {
+            y.rearm();
+        }
+        produce::launch_with(&s, &LaunchOptions::config((epoch % 3) as usize), &mut y, m, n, epoch, 20_000)?;
+        row_sums::launch_with(&s, &LaunchOptions::config((epoch % 2) as usize), &y, &mut sums, m, n)?;
+        check_sums(&format!("epoch {epoch}"), &sums.to_vec()?, m, n, epoch);
+        assert_eq!(y.epoch(), epoch);
+    }
+    // Progress decodes the semaphores: every data tile has all its signals.
+    assert!(y.progress()?.iter().all(|(got, want)| got == want && *want > 0));
+    Ok(())
+}
+
+#[test]
+fn no_overlap_mode_and_plain_stream_give_the_same_results() -> Result<()> {
+    let dev = cpu_device(5)?;
+    let serial = AsyncStream::serial(&dev)?;
+    let got = chain(&dev, &serial, 33, 17, DynRows(4), 1, 2, 9, 0)?;
+    check_sums("serial", &got, 33, 17, 9);
+    let stream = Stream::new(&dev)?;
+    let got = chain(&dev, &stream, 33, 17, DynRows(4), 2, 0, 10, 0)?;
+    check_sums("plain stream", &got, 33, 17, 10);
+    Ok(())
+}
+
+#[test]
+fn plain_tensors_are_ordered_across_streams() -> Result<()> {
+    // No semaphores: the AsyncStream must order the consumer after the producer itself.
+    for seed in 0..4 {
+        let dev = cpu_device(seed)?;
+        let s = AsyncStream::new(&dev, 2)?;
+        let (m, n) = (30u32, 20u32);
+        let mut y = Tensor::<f32>::full(&dev, &[m as usize, n as usize], f32::NAN)?;
+        let mut sums = Tensor::<f32>::full(&dev, &[m as usize], f32::NAN)?;
+        produce::launch_with(&s, &LaunchOptions::config(0), &mut y, m, n, 4, 50_000)?;
+        row_sums::launch(&s, &y, &mut sums, m, n)?;
+        check_sums("plain", &sums.to_vec()?, m, n, 4);
+    }
+    Ok(())
+}
+
+#[test]
+fn captured_graphs_replay_with_rearmed_semaphores() -> Result<()> {
+    let dev = cpu_device(8)?;
+    let s = AsyncStream::new(&dev, 2)?;
+    let (m, n) = (24u32, 16u32);
+    let mut y = Tiled::<f32, DynRows>::new(&dev, &[m as usize, n as usize], DynRows(5), "y")?;
+    let mut z = Tiled::<f32, DynRows>::new(&dev, &[m as usize, n as usize], DynRows(3), "z")?;
+    let mut sums = Tensor::<f32>::full(&dev, &[m as usize], f32::NAN)?;
+    let mut sums2 = Tensor::<f32>::full(&dev, &[m as usize], f32::NAN)?;
+    let graph = s.capture(|s| {
+        produce::launch(s, &mut y, m, n, 21, 0)?;
+        row_sums::launch(s, &y, &mut sums, m, n)?;
+        // The same tensor re-armed inside the graph: a second epoch per replay.
+        y.rearm();
+        produce::launch_with(s, &LaunchOptions::config(1), &mut y, m, n, 22, 0)?;
+        produce::launch_with(s, &LaunchOptions::config(2), &mut z, m, n, 23, 0)?;
+        row_sums::launch(s, &z, &mut sums2, m, n)?;
+        Ok(())
+    })?;
+    for replay in 0..3 {
+        sums.fill(f32::NAN)?;
+        sums2.fill(f32::NAN)?;
+        graph.launch(&s)?;
+        s.synchronize()?;
+        check_sums(&format!("replay {replay} sums"), &sums.to_vec()?, m, n, 21);
+        check_sums(&format!("replay {replay} sums2"), &sums2.to_vec()?, m, n, 23);
+    }
+    // After a replay the graph's outputs are complete: readable without waiting, and
+    // usable again after re-arming.
+    row_sums::launch(&s, &y, &mut sums, m, n)?;
+    check_sums("after graph", &sums.to_vec()?, m, n, 22);
+    y.rearm();
+    produce::launch(&s, &mut y, m, n, 30, 0)?;
+    row_sums::launch(&s, &y, &mut sums, m, n)?;
+    check_sums("eager after graph", &sums.to_vec()?, m, n, 30);
+    Ok(())
+}
+
+/// The scenario of paper §2.3: K0 keeps stream A busy; the producer P waits behind it on
+/// A; the consumer C on stream B is launched after P, has more CTAs than the GPU holds
+/// and waits for P's data. Without the begin-CTA rule C's CTAs take every SM and P never
+/// starts; with it, C is held until P has started.
+fn consumer_first(dev: &Device, begin_wait: bool, rows: u32, busy_ns: u64) -> Result<Vec<f32>> {
+    let s = AsyncStream::with_options(dev, AsyncOptions { streams: 2, begin_wait, ..AsyncOptions::default() })?;
+    let n = 4u32;
+    let mut y = Tiled::<f32, DynRows>::new(dev, &[rows as usize, n as usize], DynRows(64), "y")?;
+    let mut sums = Tensor::<f32>::full(dev, &[rows as usize], f32::NAN)?;
+    let mut dummy = Tiled::<f32, DynRows>::new(dev, &[1, 1], DynRows(1), "dummy")?;
+    busy::launch(&s, busy_ns, 4)?; // stream A
+    produce::launch_with(&s, &LaunchOptions::config(0), &mut dummy, 1, 1, 0, 0)?; // stream B
+    produce::launch_with(&s, &LaunchOptions::config(2), &mut y, rows, n, 77, 0)?; // stream A, behind K0
+    row_sums::launch_with(&s, &LaunchOptions::config(1), &y, &mut sums, rows, n)?; // stream B, one CTA per row
+    sums.to_vec()
+}
+
+#[test]
+fn consumer_first_deadlocks_without_the_begin_rule_and_not_with_it() -> Result<()> {
+    for seed in 0..4 {
+        let dev = cpu_device(seed)?;
+        // 4 virtual SMs hold 128 CTAs of 64 threads: 1024 consumer CTAs overflow them.
+        let err = consumer_first(&dev, false, 1024, 200_000).expect_err("the consumer-first order must deadlock");
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Sync(_)), "{msg}");
+        assert!(msg.contains("row_sums CTA") && msg.contains("waits on y["), "{msg}");
+        let dev = cpu_device(seed)?;
+        let sums = consumer_first(&dev, true, 1024, 200_000)?;
+        check_sums("with the begin rule", &sums, 1024, 4, 77);
+    }
+    Ok(())
+}
+
+#[test]
+fn a_missing_producer_is_reported_with_kernel_cta_tensor_and_progress() -> Result<()> {
+    let dev = cpu_device(1)?;
+    let s = AsyncStream::new(&dev, 2)?;
+    let mut y = Tiled::<f32, DynRows>::new(&dev, &[12, 8], DynRows(4), "y")?;
+    let mut sums = Tensor::<f32>::zeros(&dev, &[12])?;
+    y.plant_missing_producer("produce", &[4, 0]);
+    row_sums::launch_with(&s, &LaunchOptions::config(0), &y, &mut sums, 12, 8)?;
+    let err = s.synchronize().expect_err("nobody produces y");
+    let msg = err.to_string();
+    assert!(msg.contains("row_sums CTA (0) waits on y[0] = 0 of 1 signals"), "{msg}");
+    assert!(msg.contains("row_sums CTA (1) waits on y[2] = 0 of 1 signals"), "{msg}");
+    Ok(())
+}
+
+#[test]
+fn bad_launches_fail_before_anything_runs() -> Result<()> {
+    let dev = cpu_device(2)?;
+    let s = AsyncStream::new(&dev, 2)?;
+    // Shape mismatch between the tensor and the kernel's other arguments.
+    let mut y = Tiled::<f32, DynRows>::new(&dev, &[10, 8], DynRows(4), "y")?;
+    let e = produce::launch(&s, &mut y, 11, 8, 0, 0).expect_err("shape").to_string();
+    assert!(e.contains("`produce` expects `y` of shape [11, 8]") && e.contains("got [10, 8]"), "{e}");
+    // Reading before any producer.
+    let mut sums = Tensor::<f32>::zeros(&dev, &[10])?;
+    let e = row_sums::launch(&s, &y, &mut sums, 10, 8).expect_err("unproduced").to_string();
+    assert!(e.contains("reads `y` (parameter `x`) before any kernel produced it"), "{e}");
+    // Writing twice without re-arming.
+    produce::launch(&s, &mut y, 10, 8, 0, 0)?;
+    let e = produce::launch(&s, &mut y, 10, 8, 0, 0).expect_err("rearm").to_string();
+    assert!(e.contains("call `rearm()`"), "{e}");
+    // A semaphore tensor of the wrong length.
+    let data = Tensor::<f32>::zeros(&dev, &[10, 8])?;
+    let sema = Tensor::<i32>::zeros(&dev, &[2])?;
+    let e = Tiled::with_semaphores(data, sema, DynRows(4), "w").expect_err("length").to_string();
+    assert!(e.contains("into 3 data tiles, but its semaphore tensor has 2 entries"), "{e}");
+    // A tile config that does not exist, and a remap table of the wrong length.
+    let mut y2 = Tiled::<f32, DynRows>::new(&dev, &[10, 8], DynRows(4), "y2")?;
+    let e = produce::launch_with(&s, &LaunchOptions::config(9), &mut y2, 10, 8, 0, 0).expect_err("config").to_string();
+    assert!(e.contains("tile config 9 does not exist"), "{e}");
+    let table = Tensor::<u32>::zeros(&dev, &[3])?;
+    let opts = LaunchOptions::config(0).remap(megaops::Remap::Table(table));
+    let e = produce::launch_with(&s, &opts, &mut y2, 10, 8, 0, 0).expect_err("remap").to_string();
+    assert!(e.contains("remap table has 3 entries for 1 kernel tiles"), "{e}");
+    s.synchronize()
+}
+
+#[test]
+fn cta_remaps_keep_results() -> Result<()> {
+    let dev = cpu_device(6)?;
+    let s = AsyncStream::new(&dev, 2)?;
+    let (m, n) = (64u32, 8u32);
+    for remap in [megaops::Remap::Rotate(3), megaops::Remap::Table(Tensor::from_slice(&dev, &[8], &[7u32, 6, 5, 4, 3, 2, 1, 0])?)] {
+        let mut y = Tiled::<f32, DynRows>::new(&dev, &[m as usize, n as usize], DynRows(8), "y")?;
+        let mut sums = Tensor::<f32>::full(&dev, &[m as usize], f32::NAN)?;
+        produce::launch_with(&s, &LaunchOptions::config(2), &mut y, m, n, 1, 0)?;
+        row_sums::launch_with(&s, &LaunchOptions::config(0).remap(remap), &y, &mut sums, m, n)?;
+        check_sums("remap", &sums.to_vec()?, m, n, 1);
+    }
+    Ok(())
+}
+
+// ---- The same on the GPU (skipped with a reason when there is none) ----
+
+#[test]
+fn gpu_protocol() -> Result<()> {
+    let Some(dev) = gpu_or_skip("gpu_protocol") else { return Ok(()) };
+    dev.preload(&megaops_examples::__MEGAOPS_PTX)?;
+    let s = AsyncStream::new(&dev, 2)?;
+    for (m, n) in [(1000u32, 300u32), (4097, 129)] {
+        for dtile in [1u32, 7, 64, 128, 1000] {
+            for pcfg in 0..produce::CONFIGS.len() {
+                for ccfg in 0..row_sums::CONFIGS.len() {
+                    let seed = m + dtile + pcfg as u32;
+                    let got = chain(&dev, &s, m, n, DynRows(dtile), pcfg, ccfg, seed, 2_000)?;
+                    check_sums(&format!("gpu {m}x{n} rows {dtile} p{pcfg} c{ccfg}"), &got, m, n, seed);
+                }
+            }
+        }
+    }
+    let got = chain(&dev, &s, 999, 77, DynGrid(13, 10), 1, 2, 3, 1_000)?;
+    check_sums("gpu grid", &got, 999, 77, 3);
+    Ok(())
+}
+
+#[test]
+fn gpu_consumer_first_deadlock_times_out_without_the_rule_and_runs_with_it() -> Result<()> {
+    let Some(dev) = gpu_or_skip("gpu_consumer_first") else { return Ok(()) };
+    dev.preload(&megaops_examples::__MEGAOPS_PTX)?;
+    dev.set_wait_timeout(Duration::from_secs(1));
+    let rows = dev.sm_count() * 32 * 4; // more consumer CTAs than the GPU holds
+    let err = consumer_first(&dev, false, rows, 50_000_000).expect_err("must time out");
+    let msg = err.to_string();
+    eprintln!("without the begin rule: {msg}");
+    assert!(msg.contains("row_sums CTA") && msg.contains("waited 1.0 s on y["), "{msg}");
+    let sums = consumer_first(&dev, true, rows, 50_000_000)?;
+    check_sums("gpu with the begin rule", &sums, rows, 4, 77);
+    Ok(())
+}
+
+#[test]
+fn gpu_missing_producer_times_out_with_a_readable_message() -> Result<()> {
+    let Some(dev) = gpu_or_skip("gpu_missing_producer") else { return Ok(()) };
+    dev.set_wait_timeout(Duration::from_millis(500));
+    let s = AsyncStream::new(&dev, 2)?;
+    let mut y = Tiled::<f32, DynRows>::new(&dev, &[12, 8], DynRows(4), "y")?;
+    let mut sums = Tensor::<f32>::zeros(&dev, &[12])?;
+    y.plant_missing_producer("produce", &[4, 0]);
+    row_sums::launch_with(&s, &LaunchOptions::config(0), &y, &mut sums, 12, 8)?;
+    let msg = s.synchronize().expect_err("nobody produces y").to_string();
+    eprintln!("{msg}");
+    assert!(msg.contains("row_sums CTA (0) waited 0.5 s on y[0] = 0 of 1 signals"), "{msg}");
+    // The device recovers: the next program runs.
+    let got = chain(&dev, &s, 100, 10, DynRows(10), 0, 0, 1, 0)?;
+    check_sums("after the timeout", &got, 100, 10, 1);
+    Ok(())
+}
