@@ -39,6 +39,8 @@ pub const KEYS: &str =
 pub struct KernelArgs {
     /// One entry per top-level item that parsed.
     pub items: Vec<ArgItem>,
+    /// Some item did not parse (rules about missing items then stay quiet).
+    pub syntax_errors: bool,
 }
 
 /// One top-level item of the annotation.
@@ -215,11 +217,17 @@ pub fn parse_kernel_args(tokens: TokenStream, cx: &mut Ctxt) -> KernelArgs {
             for item in items {
                 match item {
                     Ok(item) => args.items.push(item),
-                    Err(e) => cx.syn_error(e),
+                    Err(e) => {
+                        args.syntax_errors = true;
+                        cx.syn_error(e);
+                    }
                 }
             }
         }
-        Err(e) => cx.syn_error(e),
+        Err(e) => {
+            args.syntax_errors = true;
+            cx.syn_error(e);
+        }
     }
     args
 }

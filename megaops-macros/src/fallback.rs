@@ -6,7 +6,6 @@
 
 use crate::ast::Kernel;
 use crate::attr;
-use crate::expand::config_consts;
 use proc_macro2::{Delimiter, Group, TokenStream, TokenTree};
 use quote::{ToTokens, quote};
 use syn::{Ident, ItemFn};
@@ -20,12 +19,27 @@ pub fn emit(errors: Vec<syn::Error>, kernel: Option<&Kernel>, item: Option<ItemF
             *f.block = block;
         }
         if let Some(k) = kernel {
-            let consts = k.configs.first().map(config_consts).unwrap_or_default();
-            let axes = axis_names(k);
+            // Names that would hide a parameter stay unbound (that clash is reported).
+            let params: Vec<&Ident> = k.params.iter().filter_map(|p| p.name.as_ref()).collect();
+            let consts = k
+                .configs
+                .first()
+                .iter()
+                .flat_map(|c| &c.consts)
+                .filter(|c| !params.contains(&&c.name))
+                .filter_map(|c| {
+                    let (name, ty, value) = (&c.name, c.ty.as_ref()?, &c.value);
+                    Some(quote!(const #name: #ty = #value;))
+                })
+                .collect::<Vec<_>>();
+            let axes: Vec<Ident> = axis_names(k)
+                .into_iter()
+                .filter(|a| !params.contains(&a))
+                .collect();
             let stmts = &f.block.stmts;
             let body = quote! {{
-                #consts
-                #(#[allow(unused_variables)] let #axes: u32 = 0;)*
+                #(#consts)*
+                #(let #axes: u32 = 0;)*
                 #(#stmts)*
             }};
             if let Ok(block) = syn::parse2(body) {

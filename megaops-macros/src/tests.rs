@@ -316,7 +316,7 @@ fn every_rule_reports() {
         (
             quote!(block = 32, input(a[n] = [_]), output(c[n] = [_])),
             f(quote!(unsafe fn k(a: *const f32, c: *mut f32, n: u32))),
-            "add `tiles(i = COUNT)`",
+            "declare the grid with `tiles(i = COUNT)`",
         ),
         (
             quote!(block = 32, input(a[n] = [n: 4]), output(c[n] = [n: 4])),

@@ -207,8 +207,8 @@ impl Printer {
                 Kind::Ident(false) | Kind::Close(_) | Kind::Punct('&' | '*' | '!', _)
             ),
             (_, Kind::Punct('?', _)) => matches!(prev, Kind::Punct(..)),
-            (Kind::Punct('?', _), _) => !Self::operand_expected(self.prev2),
             (_, Kind::Punct(',' | ';' | '.' | ':', _)) => false,
+            (Kind::Punct('?', _), _) => !Self::operand_expected(self.prev2),
             (Kind::Punct('.', _), _) => false,
             (Kind::Punct(':', Spacing::Joint), _) => false,
             (Kind::Punct(':', Spacing::Alone), _) => {

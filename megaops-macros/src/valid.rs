@@ -108,14 +108,19 @@ fn check_params(k: &Kernel, cx: &mut Ctxt) {
     for p in &k.params {
         if let ParamKind::Unsupported(what) = &p.kind {
             match &p.arg {
-                syn::FnArg::Receiver(r) => cx.error_spanned_by(r, "a kernel is a free function: remove `self`"),
-                syn::FnArg::Typed(pt) => cx.error_spanned_by(
-                    &pt.ty,
-                    format!(
-                        "this parameter is {what}: the PTX ABI needs raw pointers or plain values (`*const T` for a \
-                         buffer the kernel reads, `*mut T` for one it writes)"
-                    ),
-                ),
+                syn::FnArg::Receiver(r) => {
+                    cx.error_spanned_by(r, "a kernel is a free function: remove `self`")
+                }
+                syn::FnArg::Typed(pt) => {
+                    let instead = match pointer_instead(&pt.ty) {
+                        Some(ptr) => format!("write `{ptr}`"),
+                        None => "use `*const T` for a buffer the kernel reads, `*mut T` for one it writes".to_string(),
+                    };
+                    cx.error_spanned_by(
+                        &pt.ty,
+                        format!("this parameter is {what}: the PTX ABI needs raw pointers or plain values; {instead}"),
+                    )
+                }
             }
             continue;
         }
@@ -129,6 +134,23 @@ fn check_params(k: &Kernel, cx: &mut Ctxt) {
                 );
         }
     }
+}
+
+/// The raw pointer to use instead of a reference or slice type.
+fn pointer_instead(ty: &Type) -> Option<String> {
+    let (mutable, elem) = match ty {
+        Type::Reference(r) => (r.mutability.is_some(), &*r.elem),
+        _ => return None,
+    };
+    let elem = match elem {
+        Type::Slice(s) => &*s.elem,
+        other => other,
+    };
+    Some(format!(
+        "*{} {}",
+        if mutable { "mut" } else { "const" },
+        ty_text(elem)
+    ))
 }
 
 /// Every annotation key is known.
@@ -167,6 +189,8 @@ fn check_duplicate_keys(k: &Kernel, cx: &mut Ctxt) {
 /// `block` is given and has 1 to 3 dimensions.
 fn check_block(k: &Kernel, cx: &mut Ctxt) {
     match &k.block {
+        // A malformed item may have been the `block`: do not pile a guess on top.
+        None if k.args.syntax_errors => {}
         None => cx.error_at(
             Span::call_site(),
             "missing `block = THREADS`: say how many threads each CTA runs, e.g. `block = 128` or `block = (32, 4, 1)`",
@@ -217,6 +241,13 @@ fn check_pointer_kinds(k: &Kernel, cx: &mut Ctxt) {
         let Some(p) = s.param.and_then(|i| k.params.get(i)) else {
             continue;
         };
+        if k.syncs
+            .iter()
+            .position(|t| t.param == s.param)
+            .is_some_and(|first| !std::ptr::eq(&k.syncs[first], s))
+        {
+            continue; // a repeated declaration, reported by check_duplicate_syncs
+        }
         let ok = match (s.role(), &p.kind) {
             (_, ParamKind::Unsupported(_)) => true, // reported by check_params
             (Role::Input, ParamKind::ConstPtr(_)) | (Role::Output, ParamKind::MutPtr(_)) => true,
@@ -257,7 +288,7 @@ fn check_ranks(k: &Kernel, cx: &mut Ctxt) {
             cx.error_at(
                 attr::bracket_span(&s.decl.tile_bracket),
                 format!(
-                    "`{}` has {rank} dimension{} ({shape}) but its kernel tile gives {coords} coordinate{}: \
+                    "`{}` has {rank} dimension{} (`{shape}`) but its kernel tile gives {coords} coordinate{}: \
                      write one `axis: SIZE` or `_` (whole dimension) per dimension",
                     s.name(),
                     plural(rank),
@@ -315,13 +346,19 @@ fn check_sync_options(k: &Kernel, cx: &mut Ctxt) {
 /// uses is in it.
 fn check_grid(k: &Kernel, axes: &[Axis], cx: &mut Ctxt) {
     if axes.is_empty() {
-        let hint = if k.syncs.is_empty() {
-            "a kernel without `input(...)`/`output(...)` must declare its kernel-tile grid: add `tiles(i = COUNT)` \
-             (one CTA per kernel tile)"
-        } else {
-            "no tiling selects a kernel tile with `axis: SIZE`: add `tiles(i = COUNT)` to declare the kernel-tile grid"
-        };
-        cx.error_at(Span::call_site(), hint);
+        match k.syncs.first() {
+            _ if k.args.syntax_errors => {}
+            None => cx.error_at(
+                Span::call_site(),
+                "a kernel without `input(...)`/`output(...)` must declare its kernel-tile grid: add \
+                 `tiles(i = COUNT)` (one CTA per kernel tile)",
+            ),
+            Some(s) => cx.error_at(
+                attr::bracket_span(&s.decl.tile_bracket),
+                "no tiling selects a kernel tile with `axis: SIZE`, so there is no kernel-tile grid: tile a \
+                 dimension (e.g. `[i: 256]`) or declare the grid with `tiles(i = COUNT)`",
+            ),
+        }
         return;
     }
     if let Some(tiles) = &k.tiles {

@@ -8,7 +8,7 @@
 //! the arguments in signature order (the builder appends kernel parameters in call
 //! order) and submits the launch with the CPU-backend body.
 
-use super::{Plan, SyncPlan, config_consts, local, sync};
+use super::{Plan, SyncPlan, cast, config_consts, local, sync};
 use crate::ast::{Extent, Param, ParamKind};
 use crate::attr::{Role, TileCoord};
 use crate::paths;
@@ -138,7 +138,7 @@ fn arm(plan: &Plan, i: usize) -> TokenStream {
     let extents = plan.grid_extents();
     let block = block(plan);
     let smem = match &k.smem {
-        Some(e) => quote!((#e) as u64),
+        Some(e) => cast(e, "u64"),
         None => quote!(0u64),
     };
     let persistent = k.persistent.then(|| quote!(#l.persistent();));
@@ -167,8 +167,8 @@ fn arm(plan: &Plan, i: usize) -> TokenStream {
 /// `[x, y, z]` threads per CTA as `u64`s.
 fn block(plan: &Plan) -> TokenStream {
     let dims: Vec<TokenStream> = match &plan.k.block {
-        Some(syn::Expr::Tuple(t)) => t.elems.iter().map(|e| quote!((#e) as u64)).collect(),
-        Some(e) => vec![quote!((#e) as u64)],
+        Some(syn::Expr::Tuple(t)) => t.elems.iter().map(|e| cast(e, "u64")).collect(),
+        Some(e) => vec![cast(e, "u64")],
         None => Vec::new(),
     };
     let pad = (dims.len()..3).map(|_| quote!(1u64));

@@ -142,13 +142,23 @@ impl<'a> Plan<'a> {
         self.axes
             .iter()
             .filter_map(|a| match a.extent.as_ref()? {
-                Extent::Given(e) => Some(quote_spanned!(e.span()=> (#e) as u64)),
+                Extent::Given(e) => Some(cast(e, "u64")),
                 Extent::Derived { dim, size } => {
-                    Some(quote_spanned!(dim.span()=> ((#dim) as u64).div_ceil((#size) as u64)))
+                    let (dim, size) = (cast(dim, "u64"), cast(size, "u64"));
+                    Some(quote!((#dim).div_ceil(#size)))
                 }
             })
             .collect()
     }
+}
+
+/// `(e) as ty` located at `e`, so that a type error in the user's expression points at
+/// it, while the tokens stay marked as generated (call-site hygiene), so that lints such
+/// as `clippy::unnecessary_cast` do not fire on a cast the user never wrote.
+pub fn cast(e: &Expr, ty: &str) -> TokenStream {
+    let span = Span::call_site().located_at(e.span());
+    let ty = Ident::new(ty, span);
+    quote_spanned!(span=> (#e) as #ty)
 }
 
 /// `const NAME: TYPE = value;` for every constant of `config`.

@@ -2,7 +2,7 @@
 //! of the kernel tile, the waits injected before the first statement that reads each
 //! input, and the signals after the body.
 
-use super::{Plan, SyncPlan, local};
+use super::{Plan, SyncPlan, cast, local};
 use crate::ast::MAX_RANK;
 use crate::attr::Role;
 use crate::paths;
@@ -23,9 +23,13 @@ pub fn regions(plan: &Plan) -> TokenStream {
                 let extent = d.extent;
                 match d.tile {
                     Some((_, axis, size)) => {
-                        quote!(#tile_region(#axis, (#size) as u32, (#extent) as u32))
+                        let (size, extent) = (cast(size, "u32"), cast(extent, "u32"));
+                        quote!(#tile_region(#axis, #size, #extent))
                     }
-                    None => quote!((0u32, (#extent) as u32)),
+                    None => {
+                        let extent = cast(extent, "u32");
+                        quote!((0u32, #extent))
+                    }
                 }
             })
             .collect();
@@ -90,7 +94,7 @@ pub fn signals(plan: &Plan) -> TokenStream {
             .dims
             .iter()
             .map(|d| match d.tile {
-                Some((_, _, size)) => quote!((#size) as u32),
+                Some((_, _, size)) => cast(size, "u32"),
                 None => quote!(0u32),
             })
             .collect();
@@ -120,7 +124,10 @@ pub fn signals(plan: &Plan) -> TokenStream {
 pub fn tile_dims(s: &SyncPlan) -> TokenStream {
     let tile_dim = paths::tile_dim();
     let dims = s.dims.iter().map(|d| match d.tile {
-        Some((axis, _, size)) => quote!(#tile_dim::axis(#axis, (#size) as u64)),
+        Some((axis, _, size)) => {
+            let size = cast(size, "u64");
+            quote!(#tile_dim::axis(#axis, #size))
+        }
         None => quote!(#tile_dim::WHOLE),
     });
     quote!(&[#(#dims),*])
@@ -130,7 +137,7 @@ pub fn tile_dims(s: &SyncPlan) -> TokenStream {
 pub fn shape(s: &SyncPlan) -> TokenStream {
     let dims = s.dims.iter().map(|d| {
         let e = d.extent;
-        quote!((#e) as u64)
+        cast(e, "u64")
     });
     quote!(&[#(#dims),*])
 }

@@ -1,0 +1,7 @@
+// A parameter is one input or one output, not both, and not twice.
+#[megaops::kernel(block = 128, input(a[n] = [i: 64]), output(a[n] = [i: 64]), output(c[n] = [i: 64]))]
+pub unsafe fn copy(a: *const f32, c: *mut f32, n: u32) {
+    unsafe { *c.add((i * 64) as usize) = *a.add((i * 64) as usize) };
+}
+
+fn main() {}
