@@ -6,6 +6,7 @@
 megaops::kernel_crate!();
 
 pub mod attention;
+pub mod bandwidth;
 pub mod elementwise;
 pub mod gemm;
 pub mod gemv;

@@ -1,0 +1,343 @@
+//! Host side of the GEMV kernels: which config and split to use for a shape
+//! ([`choose`]), the split-K scratch ([`SplitWorkspace`]), and checked launches that pick
+//! both ([`linear`], [`gate_up`]) — the generated launchers cannot check the sizes of
+//! plain tensors (`w`, the workspace), these do.
+//!
+//! The choice is a cost model with three terms, all in units of "bytes of W":
+//! - *idle SMs*: with fewer CTAs than SMs the kernel cannot reach full bandwidth; the
+//!   missing fraction of SMs costs that fraction of W;
+//! - *x traffic*: every CTA reads x (`m · k` bf16) from L2; relative to W that is `m / BN`
+//!   (weighted ½: L2, not DRAM);
+//! - *split-K traffic*: f32 partials written and read back, `2 · 4 · splits · m · n`
+//!   bytes, i.e. `4 · splits · m / k` of W (weighted ½).
+//!
+//! It is a starting point: `megaops-bench gemv` sweeps every config and split and reports
+//! what the model picked next to the measured best.
+
+use super::{gate_up_silu, gate_up_silu_splitk, gemv, gemv_splitk};
+use megaops::launch::{AsInput, AsOutput, ConfigInfo};
+use megaops::{Device, Error, LaunchOptions, LaunchTarget, R2, Result, Tensor, bf16};
+
+/// Largest split the planner uses (the last CTA of a tile reads `splits` partials).
+pub const MAX_SPLITS: u32 = 8;
+
+/// The constants of a tile config that shape its tiling, read from the config's
+/// description (the single source of truth is the kernel's `#[config]` list).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConfigShape {
+    /// Output columns per CTA.
+    pub bn: u32,
+    /// Warps that split k inside a CTA.
+    pub wk: u32,
+    /// Chunks of 32 k per batch.
+    pub u: u32,
+    /// Batches loaded before the input wait.
+    pub pf: u32,
+}
+
+impl ConfigShape {
+    /// Parses `"BN=128, WK=1, U=4, PF=2"`-style descriptions (constants may carry a type:
+    /// `"U: usize = 4"`).
+    pub fn of(info: &ConfigInfo) -> Option<ConfigShape> {
+        let get = |name: &str| -> Option<u32> {
+            info.name.split(',').find_map(|part| {
+                let (lhs, rhs) = part.split_once('=')?;
+                let lhs = lhs.split(':').next()?.trim();
+                (lhs == name).then(|| {
+                    rhs.trim()
+                        .trim_end_matches(|c: char| c.is_alphabetic() || c == '_')
+                        .parse()
+                        .ok()
+                })?
+            })
+        };
+        Some(ConfigShape {
+            bn: get("BN")?,
+            wk: get("WK")?,
+            u: get("U")?,
+            pf: get("PF")?,
+        })
+    }
+
+    /// Threads per CTA.
+    pub fn threads(&self) -> u32 {
+        2 * self.bn * self.wk
+    }
+
+    /// k elements per batch.
+    pub fn batch_k(&self) -> u32 {
+        32 * self.u
+    }
+}
+
+/// A config and a split for one shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Choice {
+    /// Index into the kernel's `CONFIGS`.
+    pub config: usize,
+    /// CTAs per column tile (1: the plain kernel; more: the `_splitk` kernel).
+    pub splits: u32,
+    /// The config's shape.
+    pub shape: ConfigShape,
+}
+
+/// The model's cost of running `shape` with `splits` on an `m × n` output with `rg` row
+/// groups (W is `rg · n × k`) on `sms` SMs, in units of W's bytes (see the module docs);
+/// lower is better.
+pub fn cost(shape: ConfigShape, rg: u32, splits: u32, m: u32, n: u32, k: u32, sms: u32) -> f64 {
+    let ctas = n.div_ceil(shape.bn) as f64 * splits as f64;
+    let idle = (1.0 - ctas / sms.max(1) as f64).max(0.0);
+    let x = 0.5 * m as f64 / (shape.bn * rg.max(1)) as f64;
+    let split = if splits > 1 {
+        0.5 * 4.0 * splits as f64 * m as f64 / k.max(1) as f64
+    } else {
+        0.0
+    };
+    1.0 + idle + x + split
+}
+
+/// Picks the config (among `configs` with weight prefetch on) and split (≤ `max_splits`;
+/// 1 means the kernel without split-K) the [cost model](self) likes best for an `m × n`
+/// output over `k` with `rg` row groups (1; 2 for gate+up).
+pub fn choose(
+    configs: &[ConfigInfo],
+    rg: u32,
+    m: u32,
+    n: u32,
+    k: u32,
+    sms: u32,
+    max_splits: u32,
+) -> Result<Choice> {
+    let mut best: Option<(f64, Choice)> = None;
+    for (config, info) in configs.iter().enumerate() {
+        let Some(shape) = ConfigShape::of(info) else {
+            return Err(Error::Invalid(format!(
+                "cannot read the tiling constants of config `{}`",
+                info.name
+            )));
+        };
+        if shape.pf == 0 {
+            continue;
+        }
+        let batches = k.div_ceil(shape.batch_k());
+        let most = (batches / shape.wk).clamp(1, max_splits.max(1));
+        for splits in 1..=most {
+            let c = cost(shape, rg, splits, m, n, k, sms);
+            if best.as_ref().is_none_or(|(b, _)| c < *b - 1e-9) {
+                best = Some((
+                    c,
+                    Choice {
+                        config,
+                        splits,
+                        shape,
+                    },
+                ));
+            }
+        }
+    }
+    best.map(|(_, c)| c)
+        .ok_or_else(|| Error::Invalid("no GEMV config with weight prefetch".into()))
+}
+
+/// Scratch for the split-K kernels: f32 partial sums and zeroed ticket counters. One per
+/// launch that may overlap another split-K launch (sequential launches can share one).
+pub struct SplitWorkspace {
+    /// Partial sums, `[splits, row groups, m, n]` f32.
+    pub ws: Tensor<f32>,
+    /// One ticket counter per column tile; zero between launches.
+    pub counters: Tensor<u32>,
+}
+
+impl SplitWorkspace {
+    /// Scratch for up to `max_splits` splits of `max_rg` row groups (2 for gate+up) of an
+    /// `max_m × max_n` output, with column tiles as small as 16.
+    pub fn new(
+        device: &Device,
+        max_m: usize,
+        max_n: usize,
+        max_splits: usize,
+        max_rg: usize,
+    ) -> Result<SplitWorkspace> {
+        let ws = max_splits.max(1) * max_rg.max(1) * max_m.max(1) * max_n.max(1);
+        Ok(SplitWorkspace {
+            ws: Tensor::zeros(device, &[ws])?,
+            counters: Tensor::zeros(device, &[max_n.div_ceil(16).max(1)])?,
+        })
+    }
+
+    /// Checks that it holds a launch with `splits` splits, `rg` row groups, an `m × n`
+    /// output and column tiles of `bn`.
+    pub fn check(&self, splits: u32, rg: u32, m: u32, n: u32, bn: u32) -> Result<()> {
+        let need = splits as usize * rg as usize * m as usize * n as usize;
+        let tiles = n.div_ceil(bn) as usize;
+        if self.ws.numel() < need || self.counters.numel() < tiles {
+            return Err(Error::Shape(format!(
+                "split-K workspace too small: {splits} splits × {rg} × {m} × {n} needs {need} f32 and {tiles} counters, \
+                 it has {} and {}",
+                self.ws.numel(),
+                self.counters.numel()
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn check_weight(what: &str, w: &Tensor<bf16>, rows: u32, k: u32) -> Result<()> {
+    if w.shape() != [rows as usize, k as usize] {
+        return Err(Error::Shape(format!(
+            "{what}: the weight must be [{rows}, {k}], got {:?}",
+            w.shape()
+        )));
+    }
+    Ok(())
+}
+
+/// `y = x · wᵀ` with the config and split [`choose`] picks (split-K only when `ws` is
+/// given), after checking `w` (`[n, k]`) and the workspace. Returns the choice.
+#[allow(clippy::too_many_arguments)]
+pub fn linear(
+    on: &impl LaunchTarget,
+    x: &(impl AsInput<bf16, R2> + ?Sized),
+    w: &Tensor<bf16>,
+    y: &mut (impl AsOutput<bf16, R2> + ?Sized),
+    ws: Option<&mut SplitWorkspace>,
+    m: u32,
+    n: u32,
+    k: u32,
+) -> Result<Choice> {
+    check_weight("linear", w, n, k)?;
+    let max_splits = if ws.is_some() { MAX_SPLITS } else { 1 };
+    let c = choose(
+        gemv::CONFIGS,
+        1,
+        m,
+        n,
+        k,
+        on.device().sm_count(),
+        max_splits,
+    )?;
+    let opts = LaunchOptions::config(c.config);
+    match ws {
+        Some(ws) if c.splits > 1 => {
+            ws.check(c.splits, 1, m, n, c.shape.bn)?;
+            gemv_splitk::launch_with(
+                on,
+                &opts,
+                x,
+                w,
+                y,
+                &mut ws.ws,
+                &mut ws.counters,
+                m,
+                n,
+                k,
+                c.splits,
+            )?;
+        }
+        _ => gemv::launch_with(on, &opts, x, w, y, m, n, k)?,
+    }
+    Ok(c)
+}
+
+/// `h = silu(x · w_gateᵀ) · (x · w_upᵀ)` with `w_gate_up = [w_gate; w_up]` (`[2·inter, k]`),
+/// config and split as [`linear`]. Returns the choice.
+#[allow(clippy::too_many_arguments)]
+pub fn gate_up(
+    on: &impl LaunchTarget,
+    x: &(impl AsInput<bf16, R2> + ?Sized),
+    w_gate_up: &Tensor<bf16>,
+    h: &mut (impl AsOutput<bf16, R2> + ?Sized),
+    ws: Option<&mut SplitWorkspace>,
+    m: u32,
+    inter: u32,
+    k: u32,
+) -> Result<Choice> {
+    check_weight("gate_up", w_gate_up, 2 * inter, k)?;
+    let max_splits = if ws.is_some() { MAX_SPLITS } else { 1 };
+    let c = choose(
+        gate_up_silu::CONFIGS,
+        2,
+        m,
+        inter,
+        k,
+        on.device().sm_count(),
+        max_splits,
+    )?;
+    let opts = LaunchOptions::config(c.config);
+    match ws {
+        Some(ws) if c.splits > 1 => {
+            ws.check(c.splits, 2, m, inter, c.shape.bn)?;
+            gate_up_silu_splitk::launch_with(
+                on,
+                &opts,
+                x,
+                w_gate_up,
+                h,
+                &mut ws.ws,
+                &mut ws.counters,
+                m,
+                inter,
+                k,
+                c.splits,
+            )?;
+        }
+        _ => gate_up_silu::launch_with(on, &opts, x, w_gate_up, h, m, inter, k)?,
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_config_has_a_readable_shape() {
+        for configs in [
+            gemv::CONFIGS,
+            gemv_splitk::CONFIGS,
+            gate_up_silu::CONFIGS,
+            gate_up_silu_splitk::CONFIGS,
+            super::super::lm_head::CONFIGS,
+        ] {
+            for c in configs {
+                let s = ConfigShape::of(c).unwrap_or_else(|| panic!("config `{}`", c.name));
+                assert!(
+                    s.bn % 16 == 0 && s.wk >= 1 && s.u >= 1 && s.pf <= 2,
+                    "{s:?}"
+                );
+            }
+        }
+        assert_eq!(gemv::CONFIGS.len(), gemv_splitk::CONFIGS.len());
+    }
+
+    #[test]
+    fn parses_typed_and_untyped_constants() {
+        let info = ConfigInfo {
+            name: "BN=64, WK: u32 = 2, U: usize = 4, PF=2usize",
+            entry: "e",
+        };
+        assert_eq!(
+            ConfigShape::of(&info),
+            Some(ConfigShape {
+                bn: 64,
+                wk: 2,
+                u: 4,
+                pf: 2
+            })
+        );
+    }
+
+    #[test]
+    fn small_n_splits_and_large_n_does_not() {
+        let big = choose(gemv::CONFIGS, 1, 1, 151_936, 1024, 132, MAX_SPLITS).unwrap();
+        assert_eq!(big.splits, 1);
+        let small = choose(gemv::CONFIGS, 1, 16, 1024, 3072, 132, MAX_SPLITS).unwrap();
+        assert!(small.splits > 1 || n_tiles(small, 1024) >= 132, "{small:?}");
+        let no_split = choose(gemv::CONFIGS, 1, 16, 1024, 3072, 132, 1).unwrap();
+        assert_eq!(no_split.splits, 1);
+    }
+
+    fn n_tiles(c: Choice, n: u32) -> u32 {
+        n.div_ceil(c.shape.bn)
+    }
+}
