@@ -240,30 +240,22 @@ impl<const RG: usize> WarpJob<RG> {
     }
 
     /// Loads batch 0 into slot `a` if `from == 0 < to` and batch 1 into slot `b` if
-    /// `from ≤ 1 < to` (the ring's first pass), with 16-byte loads when `self.fast`.
+    /// `from ≤ 1 < to` (the ring's first pass). Only on the 16-byte path (`self.fast`):
+    /// the 2-byte path streams without the ring ([`WarpJob::stream_slow`]).
     ///
     /// # Safety
     /// As for [`WarpJob::load`].
     #[inline(always)]
     pub unsafe fn fill<const U: usize>(&self, ring: &mut Ring<RG, U>, from: usize, to: usize) {
-        // SAFETY (both): forwarded from the caller.
+        if !self.fast {
+            return;
+        }
+        // SAFETY (both): forwarded from the caller; the rows allow 16-byte loads.
         if from == 0 && to > 0 {
-            ring.a = unsafe {
-                if self.fast {
-                    self.load::<U, true>(0)
-                } else {
-                    self.load::<U, false>(0)
-                }
-            };
+            ring.a = unsafe { self.load::<U, true>(0) };
         }
         if from <= 1 && to > 1 {
-            ring.b = unsafe {
-                if self.fast {
-                    self.load::<U, true>(1)
-                } else {
-                    self.load::<U, false>(1)
-                }
-            };
+            ring.b = unsafe { self.load::<U, true>(1) };
         }
     }
 
@@ -334,6 +326,47 @@ impl<const RG: usize> WarpJob<RG> {
                 ring.b = self.load::<U, FAST>(j + 3);
             }
             j += 2;
+        }
+        acc
+    }
+
+    /// The fallback for rows that are not 16-byte aligned (`k % 8 != 0`, or W or x
+    /// misaligned): the same products, one chunk at a time with 2-byte loads and no
+    /// register ring, in a rolled loop (few registers, so it does not raise the
+    /// kernel's register count; speed is not its purpose).
+    ///
+    /// # Safety
+    /// Warp-collective; rows readable as [`Row::load`] requires.
+    #[inline(always)]
+    pub unsafe fn stream_slow<const U: usize, const NT: usize>(
+        &self,
+        x: &[Row; NT],
+    ) -> [[[f32; 4]; NT]; RG] {
+        let mut acc = [[[0f32; 4]; NT]; RG];
+        let chunks = self.nb * U as u32;
+        let mut c = 0u32;
+        while c < chunks {
+            let kk = self.origin::<U>(c / U as u32) + CHUNK_K * (c % U as u32);
+            let mut xv = [[0u32; 4]; NT];
+            unroll!(NT, max 2, |nt| {
+                // SAFETY: forwarded from the caller.
+                xv[nt] = unsafe { x[nt].load::<false, false>(kk) };
+            });
+            unroll!(RG, max 2, |rg| {
+                // SAFETY: forwarded from the caller.
+                let (r, q) = unsafe { (self.rows[rg][0].load::<false, true>(kk), self.rows[rg][1].load::<false, true>(kk)) };
+                let a0 = [r[0], q[0], r[1], q[1]];
+                let a1 = [r[2], q[2], r[3], q[3]];
+                unroll!(NT, max 2, |nt| {
+                    let v = xv[nt];
+                    // SAFETY: all lanes run this with converged control flow (uniform c).
+                    unsafe {
+                        acc[rg][nt] = mma::mma_m16n8k16_bf16_f32(a0, [v[0], v[1]], acc[rg][nt]);
+                        acc[rg][nt] = mma::mma_m16n8k16_bf16_f32(a1, [v[2], v[3]], acc[rg][nt]);
+                    }
+                });
+            });
+            c += 1;
         }
         acc
     }
@@ -449,7 +482,9 @@ pub unsafe fn run<
     while t0 < ep.m {
         // SAFETY (whole block): forwarded from the caller.
         unsafe {
-            job.fill::<U>(&mut ring, if first { PF } else { 0 }, 2);
+            if fast {
+                job.fill::<U>(&mut ring, if first { PF } else { 0 }, 2);
+            }
             if fast && ep.m - t0 <= TILE_TOKENS {
                 let acc = job.stream::<U, 1, true>(&mut ring, &token_rows::<1>(x, t0, ep.m, k));
                 stash::<BN, RG, 1>(red, &acc);
@@ -457,7 +492,7 @@ pub unsafe fn run<
                 let acc = job.stream::<U, 2, true>(&mut ring, &token_rows::<2>(x, t0, ep.m, k));
                 stash::<BN, RG, 2>(red, &acc);
             } else {
-                let acc = job.stream::<U, 2, false>(&mut ring, &token_rows::<2>(x, t0, ep.m, k));
+                let acc = job.stream_slow::<U, 2>(&token_rows::<2>(x, t0, ep.m, k));
                 stash::<BN, RG, 2>(red, &acc);
             }
             thread::sync_threads();

@@ -30,8 +30,8 @@
 //! two n-tiles of 8 tokens). k is permuted identically in A and B so that every lane's
 //! fragments are single 16-byte loads straight from global memory (`ld.global.nc.v4` for
 //! W, `ld.global.v4` for x, which a kernel in flight may produce; x stays hot in L1/L2).
-//! No shared memory on the main path; each lane keeps `D` batches of `U × 32` k in flight
-//! in registers. Partial sums of the `WK` warps that split a column tile's k meet in
+//! No shared memory on the main path; each lane double-buffers batches of `U × 32` k in
+//! registers. Partial sums of the `WK` warps that split a column tile's k meet in
 //! shared memory; with split-K, the `splits` CTAs of a column tile write f32 partial sums
 //! to a workspace and the last to finish (atomic ticket, `fence.acq_rel.gpu`) adds them in
 //! split order, writes the tile and re-arms its counter.
@@ -42,16 +42,23 @@
 //!
 //! # Configs (`LaunchOptions::config(i)`)
 //!
-//! [`gemv`], [`gemv_splitk`], [`lm_head`]: `THREADS = 2·BN·WK`, `U = 4`, `D = 2`:
+//! [`gemv`] and [`gemv_splitk`] (`THREADS = 2·BN·WK`; a batch is `U × 32` k; each lane
+//! has 1–2 batches of `2 U` 16-byte loads in flight):
 //!
-//! | i | BN | WK | threads | PF | bytes in flight / CTA | for |
-//! |---|---|---|---|---|---|---|
-//! | 0 | 128 | 1 | 256 | 2 | 32–64 KiB | large n (LM head, gate+up, QKV of big models) |
-//! | 1 | 64 | 2 | 256 | 2 | 32–64 KiB | medium n |
-//! | 2 | 32 | 4 | 256 | 2 | 32–64 KiB | small n |
-//! | 3 | 16 | 8 | 256 | 2 | 32–64 KiB | very small n (o/down projections of small models) |
-//! | 4 | 64 | 4 | 512 | 2 | 64–128 KiB | small n, long k |
-//! | 5 | 128 | 1 | 256 | 0 | 32–64 KiB | config 0 without weight prefetch (ablation) |
+//! | i | BN | WK | U | threads | PF | W bytes in flight / CTA | for |
+//! |---|---|---|---|---|---|---|---|
+//! | 0 | 128 | 1 | 4 | 256 | 2 | 32–64 KiB | large n (LM head, gate+up, QKV of big models) |
+//! | 1 | 64 | 2 | 4 | 256 | 2 | 32–64 KiB | medium n |
+//! | 2 | 32 | 4 | 4 | 256 | 2 | 32–64 KiB | small n |
+//! | 3 | 16 | 8 | 4 | 256 | 2 | 32–64 KiB | very small n (o/down projections of small models) |
+//! | 4 | 64 | 1 | 4 | 128 | 2 | 16–32 KiB | many small CTAs |
+//! | 5 | 128 | 1 | 2 | 256 | 2 | 16–32 KiB | fewer registers, more CTAs per SM |
+//! | 6 | 64 | 2 | 2 | 256 | 2 | 16–32 KiB | fewer registers, medium n |
+//! | 7 | 128 | 1 | 4 | 256 | 0 | 32–64 KiB | config 0 without weight prefetch (ablation) |
+//!
+//! All configs have at most 256 threads: the kernels carry no launch bounds (the macro
+//! cannot emit `.maxntid`), so `ptxas` may use up to 255 registers, which only CTAs of at
+//! most 256 threads are guaranteed to get.
 //!
 //! [`gate_up_silu`], [`gate_up_silu_splitk`] (two row groups per warp, `U = 2`): see their
 //! docs. Use [`plan`] to pick a config and split for a shape.
@@ -91,7 +98,9 @@ use megaops::bf16;
 #[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2)]
 #[config(BN = 32, WK = 4, U: usize = 4, PF: usize = 2)]
 #[config(BN = 16, WK = 8, U: usize = 4, PF: usize = 2)]
-#[config(BN = 64, WK = 4, U: usize = 4, PF: usize = 2)]
+#[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2)]
+#[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2)]
+#[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2)]
 #[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 0)]
 pub unsafe fn gemv(x: *const bf16, w: *const bf16, y: *mut bf16, m: u32, n: u32, k: u32) {
     let cta = CtaJob {
@@ -144,7 +153,9 @@ pub unsafe fn gemv(x: *const bf16, w: *const bf16, y: *mut bf16, m: u32, n: u32,
 #[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2)]
 #[config(BN = 32, WK = 4, U: usize = 4, PF: usize = 2)]
 #[config(BN = 16, WK = 8, U: usize = 4, PF: usize = 2)]
-#[config(BN = 64, WK = 4, U: usize = 4, PF: usize = 2)]
+#[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2)]
+#[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2)]
+#[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2)]
 #[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 0)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gemv_splitk(
@@ -191,7 +202,7 @@ pub unsafe fn gemv_splitk(
 ///
 /// Kernel tile `pid_n`: columns `pid_n·BN .. +BN` of `h`, all rows; reads `x` whole and gate
 /// rows and up rows `pid_n·BN .. +BN` (each warp multiplies 16 gate and the matching 16 up
-/// rows against the same x fragments). Configs (`THREADS = 2·BN·WK`, `U = 2`, `D = 2`):
+/// rows against the same x fragments). Configs (`THREADS = 2·BN·WK`, `U = 2`):
 ///
 /// | i | BN | WK | threads | PF |
 /// |---|---|---|---|---|
@@ -310,8 +321,8 @@ pub unsafe fn gate_up_silu_splitk(
 /// input embedding when tied), `logits` `[m, vocab]` f32.
 ///
 /// Kernel tile `pid_n`: columns `pid_n·BN .. +BN` of `logits`, all rows; reads `x` whole.
-/// Configs (`U = 4`, `D = 2`): 0: `BN = 128, WK = 1` (256 threads); 1: `BN = 64, WK = 2`
-/// (256); 2: `BN = 128, WK = 2` (512).
+/// Configs (`U = 4`, `PF = 2`): 0: `BN = 128, WK = 1` (256 threads); 1: `BN = 64, WK = 2`
+/// (256); 2: `BN = 64, WK = 1` (128).
 ///
 /// # Safety
 /// Pointers valid for the shapes above.
@@ -323,7 +334,7 @@ pub unsafe fn gate_up_silu_splitk(
 )]
 #[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2)]
 #[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2)]
-#[config(BN = 128, WK = 2, U: usize = 4, PF: usize = 2)]
+#[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2)]
 pub unsafe fn lm_head(
     x: *const bf16,
     w: *const bf16,
