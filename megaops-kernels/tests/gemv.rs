@@ -243,7 +243,7 @@ fn gemv_every_config_on_the_cpu_backend() -> Result<()> {
         let dev = cpu_device(seed.wrapping_add(vgpu))?;
         for (i, &(m, n, k)) in SHAPES.iter().enumerate() {
             for config in 0..gemv::CONFIGS.len() {
-                if (i + config + vgpu as usize) % 2 == 0 {
+                if (i + config + vgpu as usize).is_multiple_of(2) {
                     check_gemv(
                         &dev,
                         m,

@@ -179,7 +179,7 @@ impl<const RG: usize> WarpJob<RG> {
         let hi = lo.saturating_add(per_split).min(total);
         let kb0 = lo + wk;
         let nb = if hi > kb0 { (hi - kb0).div_ceil(WK) } else { 0 };
-        let mut aligned = k % 8 == 0;
+        let mut aligned = k.is_multiple_of(8);
         let mut rg = 0;
         while rg < RG {
             aligned &= (bases[rg] as usize).is_multiple_of(16);

@@ -302,7 +302,7 @@ mod tests {
             for c in configs {
                 let s = ConfigShape::of(c).unwrap_or_else(|| panic!("config `{}`", c.name));
                 assert!(
-                    s.bn % 16 == 0 && s.wk >= 1 && s.u >= 1 && s.pf <= 2,
+                    s.bn.is_multiple_of(16) && s.wk >= 1 && s.u >= 1 && s.pf <= 2,
                     "{s:?}"
                 );
             }
