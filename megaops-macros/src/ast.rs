@@ -296,6 +296,29 @@ impl Kernel {
         axes
     }
 
+    /// The parameters the annotation's expressions mention (`block`, `smem`, `tiles`,
+    /// shapes, tile sizes): the device body may not use them otherwise.
+    pub fn params_in_annotation(&self) -> Vec<&Ident> {
+        let mut exprs: Vec<&Expr> = self.block.iter().chain(&self.smem).collect();
+        exprs.extend(self.tiles.iter().flatten().map(|a| &a.extent));
+        for s in &self.syncs {
+            exprs.extend(&s.decl.shape);
+            exprs.extend(s.decl.tile.iter().filter_map(|c| match c {
+                TileCoord::Axis { size, .. } => Some(size),
+                TileCoord::Whole => None,
+            }));
+        }
+        self.params
+            .iter()
+            .filter_map(|p| p.name.as_ref())
+            .filter(|name| {
+                exprs
+                    .iter()
+                    .any(|e| first_mention(e.to_token_stream(), name).is_some())
+            })
+            .collect()
+    }
+
     /// Position of `name` in the grid `axes`.
     pub fn axis_index(axes: &[Axis], name: &Ident) -> Option<usize> {
         axes.iter().position(|a| a.name == *name)

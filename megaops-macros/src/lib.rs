@@ -109,6 +109,8 @@
 //! still emitted (helper attributes removed, axes and constants bound) so that follow-up
 //! errors stay out of the way. See `tests/ui` in the `megaops` package for each message.
 
+#![warn(missing_docs)]
+
 mod ast;
 mod attr;
 mod ctxt;

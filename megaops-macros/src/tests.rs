@@ -722,3 +722,25 @@ fn non_functions_are_refused() {
     assert!(out.contains("applies to functions"), "{out}");
     assert!(out.contains("struct S;"), "{out}");
 }
+
+#[test]
+fn parameters_only_the_annotation_uses_are_marked_used() {
+    let out = expansion(
+        quote!(block = threads, smem = bytes, tiles(i = n)),
+        quote!(
+            unsafe fn k(p: *mut f32, n: u32, threads: u32, bytes: u32, v: f32) {
+                *p = v;
+            }
+        ),
+    );
+    let body = &out[pos(&out, "fn k__cfg0")..];
+    assert!(
+        body.contains("let _ = &n; let _ = &threads; let _ = &bytes;"),
+        "{body}"
+    );
+    assert!(!body.contains("let _ = &v;"), "{body}");
+    assert!(
+        body.contains("#[allow(unused_variables)] let [i, ..] ="),
+        "{body}"
+    );
+}

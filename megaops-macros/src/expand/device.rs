@@ -87,8 +87,11 @@ pub fn body(plan: &Plan, consts: TokenStream) -> TokenStream {
             #per_tile
         }
     };
+    // Parameters only the annotation uses (e.g. in `tiles(...)`) are used on the host.
+    let annotation_only = plan.k.params_in_annotation();
     quote! {
         #consts
+        #(let _ = &#annotation_only;)*
         // SAFETY: the launcher passes a null or valid begin flag.
         unsafe { #begin(&#ctx) };
         #schedule
@@ -109,6 +112,8 @@ fn tile_body(plan: &Plan) -> TokenStream {
     let stmts = sync::body_with_waits(plan);
     let signals = sync::signals(plan);
     quote! {
+        // An axis the body does not need is still part of the declared grid.
+        #[allow(unused_variables)]
         let [#(#axes,)* ..] = #tile_coords(&#ctx, #tile);
         #regions
         #[allow(unused_mut, unused_variables, unused_assignments)]
