@@ -1,0 +1,581 @@
+//! Decode attention: one new query token per sequence against its KV cache, as split-KV
+//! flash decoding with the combine done in the same kernel by the last CTA of each
+//! (sequence, kv head).
+//!
+//! CTA `(b, h, s)` takes the `G = hq / hkv` query heads of kv head `h` of sequence `b`
+//! (grouped-query attention: K and V are read once for the whole group) and positions
+//! `[s·chunk, min((s+1)·chunk, len_b))` with `chunk = ceil(len_b / splits)`. It streams
+//! those K and V rows with 16-byte `ld.global.cg` loads (`D/8` lanes per position, `U`
+//! positions per lane in flight, K and V together), keeps an f32 online softmax per
+//! query head and lane, combines lanes and warps, and writes its partial result
+//! (unnormalised output, running max, sum) to a workspace. The CTA that finishes last
+//! (an acq_rel counter per (b, h), reset by that CTA) merges the `splits` partials and
+//! writes the bf16 output. Softmax runs in base 2 with `scale · log2(e)` folded into q.
+//!
+//! Memory-bound by design: K and V bytes dominate; the partials add
+//! `2·G·splits·(D + 2)·4` bytes per (b, h), a few percent at the split counts
+//! [`splits_for`] picks.
+
+use crate::attention::math::{LOG2_E, exp2, recip, unpack8, unroll};
+use megaops::bf16;
+use megaops::device::atomic::{self, AcqRel, Gpu, Relaxed};
+use megaops::device::convert::pack_bf16x2;
+use megaops::device::fence::fence;
+use megaops::device::memory::{
+    ld_global_cg_v2_u32, ld_global_cg_v4_u32, st_global_v2_u32, st_global_v4_f32,
+};
+use megaops::device::shared::{self, SharedPtr};
+use megaops::device::thread::{lane_id, sync_threads, sync_threads_or, thread_idx_x, warp_id};
+use megaops::device::warp::{FULL_MASK, shfl_xor_sync};
+
+/// Split-KV decode attention with GQA and the combine of the splits; see the module docs.
+///
+/// Layouts (`D` = head dim and `G = hq / hkv` are config constants):
+/// - `q`: `[batch, hq·D]` bf16, the rotated queries of the new tokens (query head `j` of
+///   sequence `b` at columns `j·D ..`), e.g. [`crate::rope::qk_norm_rope`]'s `q_out`;
+/// - `k_cache`, `v_cache`: `[cache_rows, hkv·D]` bf16 with sequence `b` at rows
+///   `b·max_seq ..` (the layout of [`crate::rope`]); positions `0..lens[b]` are read;
+/// - `lens`: `[batch]` u32, the number of cached positions of each sequence including
+///   the new token (clamped to `max_seq`; 0 gives a zero output);
+/// - `part_o`: `[batch·hkv·splits·G·D]` f32, `part_ml`: `[batch·hkv·splits·G·2]` f32,
+///   `counters`: `[batch·hkv]` u32 zeroed once before the first launch (each launch leaves
+///   them zero) — see [`DecodeWorkspace`];
+/// - `o`: `[batch, hq·D]` bf16, `o[b, j·D + i] = Σ_p softmax_p(scale · q_j·k_p) v_p[i]`
+///   over the positions `p < lens[b]` of sequence `b`, kv head `j / G`.
+///
+/// Kernel tiles `(pid_b, pid_h, pid_s)` = (sequence, kv head, split): each reads the q
+/// columns of its group and the whole caches (a producer that writes the caches, like
+/// [`crate::rope::qk_norm_rope`], signals them as a whole), and signals the `G·D` output
+/// columns of its group with `split = pid_s`, so an output data tile is ready once all
+/// splits are in (the last one writes it). Configs: `D ∈ {128, 64}` × `G ∈ {1, 2, 4, 8}`,
+/// 128 threads; [`config_index`] picks one. The launch needs `hq == hkv·G`.
+///
+/// # Safety
+/// Pointers valid for the shapes above; `splits >= 1`; `lens[b] <= max_seq` and
+/// `batch·max_seq <= cache_rows`.
+#[megaops::kernel(
+    block = THREADS,
+    smem = (THREADS / 32) * G * (D + 2) * 4,
+    tiles(pid_b = batch, pid_h = hkv, pid_s = splits),
+    input(q[batch, hq * D] = [pid_b: 1, pid_h: G * D]),
+    input(k_cache[cache_rows, hkv * D] = [_, _]),
+    input(v_cache[cache_rows, hkv * D] = [_, _]),
+    output(o[batch, hq * D] = [pid_b: 1, pid_h: G * D], split = pid_s),
+)]
+#[config(D = 128, G = 1, U = 4, THREADS = 128)]
+#[config(D = 128, G = 2, U = 4, THREADS = 128)]
+#[config(D = 128, G = 4, U = 4, THREADS = 128)]
+#[config(D = 128, G = 8, U = 2, THREADS = 128)]
+#[config(D = 64, G = 1, U = 4, THREADS = 128)]
+#[config(D = 64, G = 2, U = 4, THREADS = 128)]
+#[config(D = 64, G = 4, U = 4, THREADS = 128)]
+#[config(D = 64, G = 8, U = 2, THREADS = 128)]
+pub unsafe fn decode_attention(
+    q: *const bf16,
+    k_cache: *const bf16,
+    v_cache: *const bf16,
+    lens: *const u32,
+    part_o: *mut f32,
+    part_ml: *mut f32,
+    counters: *mut u32,
+    o: *mut bf16,
+    batch: u32,
+    hq: u32,
+    hkv: u32,
+    max_seq: u32,
+    cache_rows: u32,
+    splits: u32,
+    scale: f32,
+) {
+    if hq != hkv * G {
+        return;
+    }
+    // SAFETY: pid_b < batch.
+    let len = unsafe { *lens.add(pid_b as usize) }.min(max_seq);
+    let chunk = len.div_ceil(splits);
+    let start = (pid_s * chunk).min(len);
+    let end = (start + chunk).min(len);
+    let job = Job {
+        b: pid_b,
+        h: pid_h,
+        s: pid_s,
+        hkv,
+        splits,
+        start,
+        end,
+        max_seq,
+    };
+    let ws = Workspace {
+        part_o,
+        part_ml,
+        counters,
+    };
+    // SAFETY: the kernel contract; the caches were waited for by this statement (it
+    // mentions them), q too.
+    unsafe {
+        run_split::<
+            { D as usize },
+            { G as usize },
+            { U as usize },
+            { (THREADS / 32) as usize },
+            THREADS,
+        >(q, k_cache, v_cache, o, ws, job, scale)
+    };
+}
+
+/// The whole work of one CTA, kept out of line: the macro's body closure then stays
+/// small enough to be inlined into the entry (a closure that is not inlined passes its
+/// captures through local memory), and everything here lives in registers.
+///
+/// # Safety
+/// As for [`decode_attention`].
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_split<
+    const D: usize,
+    const G: usize,
+    const U: usize,
+    const NW: usize,
+    const THREADS: u32,
+>(
+    q: *const bf16,
+    k_cache: *const bf16,
+    v_cache: *const bf16,
+    o: *mut bf16,
+    ws: Workspace,
+    job: Job,
+    scale: f32,
+) {
+    // SAFETY: the group's q columns of row b (kernel contract).
+    let qf = unsafe { load_q::<D, G>(q, &job, scale * LOG2_E) };
+    let row0 = job.b as usize * job.max_seq as usize * job.hkv as usize * D;
+    // SAFETY: rows b·max_seq + p, p < len <= max_seq, of the caches.
+    let state = unsafe { attend::<D, G, U, NW>(k_cache.add(row0), v_cache.add(row0), &job, &qf) };
+    // SAFETY: workspace sized for (batch, hkv, splits, G, D) (kernel contract); dynamic
+    // shared memory sized by the annotation.
+    unsafe { finish::<D, G, NW, THREADS>(state, &job, &ws, o) };
+}
+
+/// What one CTA computes.
+struct Job {
+    b: u32,
+    h: u32,
+    s: u32,
+    hkv: u32,
+    splits: u32,
+    /// Positions `start..end` of the sequence.
+    start: u32,
+    end: u32,
+    max_seq: u32,
+}
+
+/// The split workspace (see [`DecodeWorkspace`]).
+struct Workspace {
+    part_o: *mut f32,
+    part_ml: *mut f32,
+    counters: *mut u32,
+}
+
+/// Per-lane online-softmax state: for each query head of the group, the running max `m`
+/// (base 2), the running sum `l` and the unnormalised output for this lane's 8 columns.
+struct State<const G: usize> {
+    m: [f32; G],
+    l: [f32; G],
+    acc: [[f32; 8]; G],
+}
+
+/// Lane `(r, c)` of a warp: `c = lane % (D/8)` holds columns `8c..8c+8`, `r = lane / (D/8)`
+/// is the position slot.
+#[inline(always)]
+fn lane_slot<const D: usize>() -> (usize, usize) {
+    let lpr = D / 8;
+    let lane = lane_id() as usize;
+    (lane / lpr, lane % lpr)
+}
+
+/// This lane's 8 columns of the group's `G` query heads, times `qscale`.
+///
+/// # Safety
+/// `q` valid for row `job.b` of `[batch, hkv·G·D]`.
+#[inline(always)]
+unsafe fn load_q<const D: usize, const G: usize>(
+    q: *const bf16,
+    job: &Job,
+    qscale: f32,
+) -> [[f32; 8]; G] {
+    let (_, c) = lane_slot::<D>();
+    let row = job.b as usize * job.hkv as usize * G * D;
+    core::array::from_fn(|g| {
+        let col = (job.h as usize * G + g) * D + 8 * c;
+        // SAFETY: in bounds by the caller's contract; 16-byte aligned (D % 8 == 0); `.cg`
+        // after the wait.
+        unpack8(unsafe { ld_global_cg_v4_u32(q.add(row + col).cast()) }).map(|x| x * qscale)
+    })
+}
+
+/// Streams positions `job.start..job.end` of kv head `job.h` and returns this lane's
+/// online-softmax state (positions interleaved over warps and position slots).
+///
+/// # Safety
+/// `k`, `v` point to position 0 of the sequence; rows `< job.end` readable.
+#[inline(always)]
+unsafe fn attend<const D: usize, const G: usize, const U: usize, const NW: usize>(
+    k: *const bf16,
+    v: *const bf16,
+    job: &Job,
+    qf: &[[f32; 8]; G],
+) -> State<G> {
+    let lpr = D / 8;
+    let rps = 32 / lpr;
+    let (r, c) = lane_slot::<D>();
+    let warp = warp_id() as usize;
+    let stride = job.hkv as usize * D; // elements between positions
+    let col = job.h as usize * D + 8 * c;
+    let mut st = State {
+        m: [f32::NEG_INFINITY; G],
+        l: [0.0; G],
+        acc: [[0.0; 8]; G],
+    };
+    let (start, end) = (job.start as usize, job.end as usize);
+    let mut p0 = start;
+    while p0 < end {
+        // Issue all loads of this block first (U positions per lane, K and V).
+        let mut kr = [[0u32; 4]; U];
+        let mut vr = [[0u32; 4]; U];
+        unroll!(U, max 4, |u| {
+            let p = p0 + (warp * U + u) * rps + r;
+            if p < end {
+                // SAFETY: position p < end of the sequence; 16-byte aligned.
+                unsafe {
+                    kr[u] = ld_global_cg_v4_u32(k.add(p * stride + col).cast());
+                    vr[u] = ld_global_cg_v4_u32(v.add(p * stride + col).cast());
+                }
+            }
+        });
+        // Scores of the U positions for each head (all lanes of a position get the sum).
+        let mut sc = [[f32::NEG_INFINITY; U]; G];
+        unroll!(U, max 4, |u| {
+            let kf = unpack8(kr[u]);
+            let valid = p0 + (warp * U + u) * rps + r < end;
+            unroll!(G, max 8, |g| {
+                let mut d = 0.0f32;
+                for i in 0..8 {
+                    d += qf[g][i] * kf[i];
+                }
+                let mut off = 1;
+                while off < lpr {
+                    d += shfl_xor_sync(FULL_MASK, d, off as u32);
+                    off *= 2;
+                }
+                if valid {
+                    sc[g][u] = d;
+                }
+            });
+        });
+        // Online softmax: one rescale per block.
+        let vf: [[f32; 8]; U] = core::array::from_fn(|u| unpack8(vr[u]));
+        unroll!(G, max 8, |g| {
+            let mut mx = st.m[g];
+            unroll!(U, max 4, |u| {
+                mx = mx.max(sc[g][u]);
+            });
+            if mx != f32::NEG_INFINITY {
+                let alpha = exp2(st.m[g] - mx);
+                st.l[g] *= alpha;
+                for i in 0..8 {
+                    st.acc[g][i] *= alpha;
+                }
+                unroll!(U, max 4, |u| {
+                    // Invalid positions: exp2(-inf) is ~2^-125 and their V registers are 0.
+                    let pw = exp2(sc[g][u] - mx);
+                    st.l[g] += pw;
+                    for (a, v) in st.acc[g].iter_mut().zip(vf[u]) {
+                        *a += pw * v;
+                    }
+                });
+                st.m[g] = mx;
+            }
+        });
+        p0 += NW * U * rps;
+    }
+    // Merge the position slots of the warp: lanes c, c + lpr, ... hold the same columns.
+    let mut off = lpr;
+    while off < 32 {
+        unroll!(G, max 8, |g| {
+            let mo = shfl_xor_sync(FULL_MASK, st.m[g], off as u32);
+            let lo = shfl_xor_sync(FULL_MASK, st.l[g], off as u32);
+            let ao: [f32; 8] = core::array::from_fn(|i| shfl_xor_sync(FULL_MASK, st.acc[g][i], off as u32));
+            let mn = st.m[g].max(mo);
+            // With both maxima -inf, exp2 gives ~2^-125 and l, acc stay 0.
+            let (a, b) = (exp2(st.m[g] - mn), exp2(mo - mn));
+            st.l[g] = st.l[g] * a + lo * b;
+            for (x, o) in st.acc[g].iter_mut().zip(ao) {
+                *x = *x * a + o * b;
+            }
+            st.m[g] = mn;
+        });
+        off *= 2;
+    }
+    st
+}
+
+/// Merges the warps' states into this split's partial, and — in the last CTA of the
+/// (b, h) pair — all partials into `o`.
+///
+/// # Safety
+/// As for [`decode_attention`]; dynamic shared memory holds `NW·G·(D + 2)` f32.
+#[inline(always)]
+unsafe fn finish<const D: usize, const G: usize, const NW: usize, const THREADS: u32>(
+    st: State<G>,
+    job: &Job,
+    ws: &Workspace,
+    o: *mut bf16,
+) {
+    let smem: SharedPtr<f32> = shared::dynamic::<f32>();
+    let (acc_s, ml_s) = (smem, smem.add(NW * G * D));
+    let (r, c) = lane_slot::<D>();
+    let warp = warp_id() as usize;
+    if r == 0 {
+        unroll!(G, max 8, |g| {
+            let base = (warp * G + g) * D + 8 * c;
+            for i in 0..8 {
+                // SAFETY: slot (warp, g, col) of the buffer, one writer.
+                unsafe { acc_s.add(base + i).write(st.acc[g][i]) };
+            }
+            if c == 0 {
+                // SAFETY: as above.
+                unsafe {
+                    ml_s.add(2 * (warp * G + g)).write(st.m[g]);
+                    ml_s.add(2 * (warp * G + g) + 1).write(st.l[g]);
+                }
+            }
+        });
+    }
+    sync_threads();
+    let tid = thread_idx_x() as usize;
+    let pair = (job.b * job.hkv + job.h) as usize;
+    let split_base = pair * job.splits as usize + job.s as usize;
+    // This split's partial: 4 columns per thread and step.
+    let mut e = tid;
+    while e < G * D / 4 {
+        let (g, col) = (4 * e / D, 4 * e % D);
+        let (mut mx, mut l, mut acc) = (f32::NEG_INFINITY, 0.0f32, [0.0f32; 4]);
+        for w in 0..NW {
+            // SAFETY: written before the barrier.
+            let (mw, lw) = unsafe {
+                (
+                    ml_s.add(2 * (w * G + g)).read(),
+                    ml_s.add(2 * (w * G + g) + 1).read(),
+                )
+            };
+            let mn = mx.max(mw);
+            let (a, b) = (exp2(mx - mn), exp2(mw - mn));
+            l = l * a + lw * b;
+            for (i, x) in acc.iter_mut().enumerate() {
+                // SAFETY: as above.
+                *x = *x * a + unsafe { acc_s.add((w * G + g) * D + col + i).read() } * b;
+            }
+            mx = mn;
+        }
+        if job.splits == 1 {
+            // SAFETY: output columns of this group.
+            unsafe { store_out::<D, G>(o, job, g, col, acc, l) };
+        } else {
+            // SAFETY: slot `split_base` of the workspace.
+            unsafe {
+                st_global_v4_f32(ws.part_o.add((split_base * G + g) * D + col), acc);
+                if col == 0 {
+                    st_global_v2_u32(
+                        ws.part_ml.add(2 * (split_base * G + g)).cast(),
+                        [mx.to_bits(), l.to_bits()],
+                    );
+                }
+            }
+        }
+        e += THREADS as usize;
+    }
+    if job.splits == 1 {
+        return;
+    }
+    // Publish the partial; the last CTA of the pair merges.
+    sync_threads();
+    let mut last = false;
+    if tid == 0 {
+        fence(AcqRel, Gpu);
+        // SAFETY: counter `pair` of the workspace.
+        let before = unsafe { atomic::add(ws.counters.add(pair), 1u32, AcqRel, Gpu) };
+        last = before == job.splits - 1;
+        if last {
+            fence(AcqRel, Gpu);
+            // SAFETY: as above; every other CTA of the pair has already counted.
+            unsafe { atomic::store(ws.counters.add(pair), 0u32, Relaxed, Gpu) };
+        }
+    }
+    if !sync_threads_or(last) {
+        return;
+    }
+    let mut e = tid;
+    while e < G * D / 4 {
+        let (g, col) = (4 * e / D, 4 * e % D);
+        // SAFETY: the partials of every split of this pair are complete (counter).
+        let (acc, l) = unsafe { merge_splits::<D, G>(ws, pair, job.splits as usize, g, col) };
+        // SAFETY: output columns of this group.
+        unsafe { store_out::<D, G>(o, job, g, col, acc, l) };
+        e += THREADS as usize;
+    }
+}
+
+/// Merges the partials of all splits for head `g`, columns `col..col+4`: returns the
+/// unnormalised output and the sum, both relative to the global max.
+///
+/// # Safety
+/// Every split's partial of `pair` is written and visible (acquired through the counter).
+#[inline(always)]
+unsafe fn merge_splits<const D: usize, const G: usize>(
+    ws: &Workspace,
+    pair: usize,
+    splits: usize,
+    g: usize,
+    col: usize,
+) -> ([f32; 4], f32) {
+    let (mut mx, mut l, mut acc) = (f32::NEG_INFINITY, 0.0f32, [0.0f32; 4]);
+    let mut merge = |ml: [u32; 2], po: [u32; 4]| {
+        let (ms, ls) = (f32::from_bits(ml[0]), f32::from_bits(ml[1]));
+        let mn = mx.max(ms);
+        let (a, b) = (exp2(mx - mn), exp2(ms - mn));
+        l = l * a + ls * b;
+        for (i, x) in acc.iter_mut().enumerate() {
+            *x = *x * a + f32::from_bits(po[i]) * b;
+        }
+        mx = mn;
+    };
+    let at = |s: usize| pair * splits + s;
+    let mut s = 0;
+    // Four splits per step: eight independent loads in flight.
+    while s + 4 <= splits {
+        // SAFETY: in bounds (s + 3 < splits); written by other CTAs, read at L2.
+        let loads: [([u32; 2], [u32; 4]); 4] = core::array::from_fn(|k| unsafe {
+            (
+                ld_global_cg_v2_u32(ws.part_ml.add(2 * (at(s + k) * G + g)).cast()),
+                ld_global_cg_v4_u32(ws.part_o.add((at(s + k) * G + g) * D + col).cast()),
+            )
+        });
+        for (ml, po) in loads {
+            merge(ml, po);
+        }
+        s += 4;
+    }
+    while s < splits {
+        // SAFETY: as above.
+        let (ml, po) = unsafe {
+            (
+                ld_global_cg_v2_u32(ws.part_ml.add(2 * (at(s) * G + g)).cast()),
+                ld_global_cg_v4_u32(ws.part_o.add((at(s) * G + g) * D + col).cast()),
+            )
+        };
+        merge(ml, po);
+        s += 1;
+    }
+    (acc, l)
+}
+
+/// Writes `acc / l` (4 columns of head `g`) as bf16; zeros when `l == 0` (empty sequence).
+///
+/// # Safety
+/// `o` valid for row `job.b` of `[batch, hkv·G·D]`.
+#[inline(always)]
+unsafe fn store_out<const D: usize, const G: usize>(
+    o: *mut bf16,
+    job: &Job,
+    g: usize,
+    col: usize,
+    acc: [f32; 4],
+    l: f32,
+) {
+    let inv = if l > 0.0 { recip(l) } else { 0.0 };
+    let idx = job.b as usize * job.hkv as usize * G * D + (job.h as usize * G + g) * D + col;
+    let words = [
+        pack_bf16x2(acc[0] * inv, acc[1] * inv),
+        pack_bf16x2(acc[2] * inv, acc[3] * inv),
+    ];
+    // SAFETY: in bounds (caller); 8-byte aligned (col % 4 == 0).
+    unsafe { st_global_v2_u32(o.add(idx).cast(), words) };
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+pub use host::*;
+
+/// Host side: config selection, split heuristic and the workspace.
+#[cfg(not(target_arch = "nvptx64"))]
+mod host {
+    use megaops::{Device, Result, Tensor};
+
+    /// `(D, G)` of each tile config of [`decode_attention`](super::decode_attention), in
+    /// `CONFIGS` order.
+    pub const CONFIG_SHAPES: [(u32, u32); 8] = [
+        (128, 1),
+        (128, 2),
+        (128, 4),
+        (128, 8),
+        (64, 1),
+        (64, 2),
+        (64, 4),
+        (64, 8),
+    ];
+
+    /// The tile config of `decode_attention` for head dim `d` and `hq / hkv` query heads
+    /// per kv head, if there is one.
+    pub fn config_index(d: u32, hq: u32, hkv: u32) -> Option<usize> {
+        if hkv == 0 || !hq.is_multiple_of(hkv) {
+            return None;
+        }
+        CONFIG_SHAPES
+            .iter()
+            .position(|&(cd, cg)| cd == d && cg == hq / hkv)
+    }
+
+    /// A split count for `batch` sequences of up to `max_len` positions and `hkv` kv
+    /// heads on `sms` SMs: enough CTAs for about four per SM, at least 64 positions per
+    /// split, at most 64 splits.
+    pub fn splits_for(batch: u32, hkv: u32, max_len: u32, sms: u32) -> u32 {
+        let pairs = (batch * hkv).max(1);
+        let want = (4 * sms).div_ceil(pairs);
+        want.min(max_len.div_ceil(64)).clamp(1, 64)
+    }
+
+    /// The scratch tensors of `decode_attention` for one shape: per-split partial outputs
+    /// and (max, sum) pairs, and the zeroed per-(sequence, kv head) counters. One
+    /// workspace can serve every layer (launches that share it are ordered by the
+    /// runtime's hazard tracking).
+    pub struct DecodeWorkspace {
+        /// `[batch·hkv·splits·G·D]` f32.
+        pub part_o: Tensor<f32>,
+        /// `[batch·hkv·splits·G·2]` f32.
+        pub part_ml: Tensor<f32>,
+        /// `[batch·hkv]` u32, zero between launches.
+        pub counters: Tensor<u32>,
+        /// The split count the workspace was sized for.
+        pub splits: u32,
+    }
+
+    impl DecodeWorkspace {
+        /// Allocates the workspace for `batch` sequences, `hq`/`hkv` heads of dim `d` and
+        /// `splits` splits.
+        pub fn new(
+            device: &Device,
+            batch: u32,
+            hq: u32,
+            hkv: u32,
+            d: u32,
+            splits: u32,
+        ) -> Result<DecodeWorkspace> {
+            let n = (batch * hq * splits.max(1)) as usize;
+            Ok(DecodeWorkspace {
+                part_o: Tensor::zeros(device, &[n * d as usize])?,
+                part_ml: Tensor::zeros(device, &[n * 2])?,
+                counters: Tensor::zeros(device, &[(batch * hkv).max(1) as usize])?,
+                splits: splits.max(1),
+            })
+        }
+    }
+}

@@ -1,0 +1,452 @@
+//! Prefill attention: causal flash attention on tensor cores (`mma.sync` m16n8k16 bf16 →
+//! f32, operands through `ldmatrix`), grouped-query, over the KV cache.
+//!
+//! The queries are `batch` sequences of `seq` tokens each, flattened to rows `0..m`
+//! (`m = batch·seq`); the query of row `r = b·seq + i` sits at position
+//! `start_pos + i` of sequence `b` and attends to its cached keys `0..=start_pos + i`
+//! (so a prompt continued after `start_pos` cached tokens, chunked prefill, works too).
+//!
+//! A CTA takes `BM` consecutive rows of one query head (`NW` warps × `MT` m16 tiles of 16
+//! rows) and streams key/value blocks of `BN` positions through shared memory with
+//! `cp.async` (two stages: block `j + 1` loads while block `j` is used). Per block each
+//! warp computes `S = Q·Kᵀ` (Q fragments with `ldmatrix.x4`, K with `ldmatrix.x4`, each
+//! K fragment used for all `MT` row tiles), masks causally near the diagonal, runs the
+//! online softmax in base 2 (quad shuffles for the row max), and accumulates `P·V` with P
+//! converted in registers to A fragments and V read with `ldmatrix.x4.trans`. Shared
+//! tile rows are padded by 16 bytes, so `ldmatrix` and the `cp.async` writes are free of
+//! bank conflicts and every fragment address is a lane base plus a constant. A row tile that straddles two sequences
+//! runs once per sequence with the other rows masked.
+
+use crate::attention::math::{LOG2_E, exp2, recip, unroll};
+use megaops::bf16;
+use megaops::device::convert::pack_bf16x2;
+use megaops::device::memory::{cp_async_cg_16_zfill, cp_async_commit_group, cp_async_wait_group};
+use megaops::device::mma::{ldmatrix_x4, ldmatrix_x4_trans, mma_m16n8k16_bf16_f32};
+use megaops::device::shared::{self, SharedPtr};
+use megaops::device::thread::{block_dim_x, lane_id, sync_threads, thread_idx_x, warp_id};
+use megaops::device::warp::{FULL_MASK, shfl_xor_sync};
+
+/// Causal grouped-query flash attention for prefill; see the module docs.
+///
+/// Layouts (`D` = head dim, a config constant):
+/// - `q`: `[m, hq·D]` bf16, rotated queries, `m = batch·seq` rows (sequence-major);
+/// - `k_cache`, `v_cache`: `[cache_rows, hkv·D]` bf16, sequence `b` at rows
+///   `b·max_seq ..` (the layout of [`crate::rope`]); positions `0..start_pos + seq` of
+///   every sequence must be written;
+/// - `o`: `[m, hq·D]` bf16, `o[r, j·D + i] = Σ_{p ≤ start_pos + i_r} softmax_p(scale ·
+///   q_{r,j}·k_p) v_p[i]` with kv head `j / (hq / hkv)`.
+///
+/// Kernel tile `(pid_m, pid_h)`: rows `pid_m·BM ..` and query head `pid_h` of `q` and `o`
+/// (2-D tiles, `D` columns), reading the whole caches. Configs ([`CONFIG_SHAPES`],
+/// [`config_index`]): `D = 128` with `BM = 64` (4 warps) or `BM = 128` (8 warps), one m16
+/// row tile per warp, `BN = 64`; `D = 64` likewise, plus `BM = 128` as 4 warps of two row
+/// tiles with `BN = 32`. (Two row tiles per warp at `D = 128` halve the shared-memory
+/// traffic per flop but need more than 255 registers.)
+///
+/// # Safety
+/// Pointers valid for the shapes above; `hkv` divides `hq`; `start_pos + seq <= max_seq`;
+/// `batch·max_seq <= cache_rows`; `seq > 0`.
+#[megaops::kernel(
+    block = THREADS,
+    smem = (BM + 4 * BN) * (D * 2 + 16),
+    input(q[m, hq * D] = [pid_m: BM, pid_h: D]),
+    input(k_cache[cache_rows, hkv * D] = [_, _]),
+    input(v_cache[cache_rows, hkv * D] = [_, _]),
+    output(o[m, hq * D] = [pid_m: BM, pid_h: D]),
+)]
+#[config(D = 128, BM = 64, BN = 64, MT = 1, THREADS = 128)]
+#[config(D = 128, BM = 128, BN = 64, MT = 1, THREADS = 256)]
+#[config(D = 64, BM = 64, BN = 64, MT = 1, THREADS = 128)]
+#[config(D = 64, BM = 128, BN = 64, MT = 1, THREADS = 256)]
+#[config(D = 64, BM = 128, BN = 32, MT = 2, THREADS = 128)]
+pub unsafe fn prefill_attention(
+    q: *const bf16,
+    k_cache: *const bf16,
+    v_cache: *const bf16,
+    o: *mut bf16,
+    m: u32,
+    seq: u32,
+    start_pos: u32,
+    max_seq: u32,
+    cache_rows: u32,
+    hq: u32,
+    hkv: u32,
+    scale: f32,
+) {
+    // `D / 16` as a run-time value (seq > 0 by contract): the `Q·Kᵀ` loop over D then stays
+    // a loop, which keeps ptxas from hoisting every K fragment of the block at once.
+    let ksteps = if seq > 0 { D / 16 } else { 0 };
+    let shape = Shape {
+        m,
+        seq,
+        start_pos,
+        max_seq,
+        hq,
+        hkv,
+        ksteps,
+        scale: scale * LOG2_E,
+    };
+    let tile = (pid_m * BM, pid_h);
+    // SAFETY: the kernel contract; this statement mentions q and the caches, so their
+    // waits come before it.
+    unsafe {
+        run_tile::<{ D as usize }, { BN as usize }, { MT as usize }, { (THREADS / 32) as usize }>(
+            q, k_cache, v_cache, o, shape, tile,
+        )
+    };
+}
+
+/// The scalar parameters of [`prefill_attention`] (`scale` already times `log2(e)`).
+#[derive(Clone, Copy)]
+struct Shape {
+    m: u32,
+    seq: u32,
+    start_pos: u32,
+    max_seq: u32,
+    hq: u32,
+    hkv: u32,
+    /// `D / 16`, opaque to the optimiser.
+    ksteps: u32,
+    scale: f32,
+}
+
+/// Bytes per row of a shared `[rows][D]` bf16 tile: `D·2` plus 16 bytes of padding, so
+/// the 8 rows an `ldmatrix` reads (and the 16-byte chunks `cp.async` writes) fall in
+/// different banks.
+const fn row_bytes(d: usize) -> usize {
+    d * 2 + 16
+}
+
+/// Byte offset of 16-byte chunk `chunk` of row `row` in a padded `[rows][D]` bf16 tile.
+/// Affine in both, so the compiler folds the constant part into the address.
+#[inline(always)]
+fn swz<const D: usize>(row: usize, chunk: usize) -> usize {
+    row * row_bytes(D) + chunk * 16
+}
+
+/// Starts copying `rows` rows of `D` bf16 (global row stride `stride` elements) into the
+/// swizzled tile at `dst`; rows `>= valid` are zero-filled. All threads call it.
+///
+/// # Safety
+/// `src` valid for `valid` rows; `dst` holds `rows·D` bf16; 16-byte aligned rows.
+#[inline(always)]
+unsafe fn load_tile<const D: usize>(
+    dst: SharedPtr<u8>,
+    src: *const bf16,
+    stride: usize,
+    rows: usize,
+    valid: usize,
+) {
+    let chunks = D / 8;
+    let mut c = thread_idx_x() as usize;
+    while c < rows * chunks {
+        let (row, ch) = (c / chunks, c % chunks);
+        let ok = row < valid;
+        let from = if ok {
+            src.wrapping_add(row * stride + 8 * ch)
+        } else {
+            src
+        };
+        // SAFETY: `from` is in bounds when copied (ok), else 0 bytes are read from the
+        // aligned base; `dst` chunk in bounds.
+        unsafe {
+            cp_async_cg_16_zfill(
+                dst.byte_add(swz::<D>(row, ch)),
+                from.cast(),
+                if ok { 16 } else { 0 },
+            )
+        };
+        c += block_dim_x() as usize;
+    }
+}
+
+/// One kernel tile, out of line (see `decode::run_split` for why).
+///
+/// # Safety
+/// As for [`prefill_attention`].
+#[inline(never)]
+unsafe fn run_tile<const D: usize, const BN: usize, const MT: usize, const NW: usize>(
+    q: *const bf16,
+    k_cache: *const bf16,
+    v_cache: *const bf16,
+    o: *mut bf16,
+    sh: Shape,
+    (r0, head): (u32, u32),
+) {
+    let bm = NW * MT * 16;
+    let smem = shared::dynamic::<u8>();
+    let q_s = smem;
+    // Stage `st` of K at `k_s + st·BN·row_bytes`, of V likewise (computed, not indexed:
+    // a run-time index into an array of pointers would go to local memory).
+    let k_s = smem.byte_add(bm * row_bytes(D));
+    let v_s = smem.byte_add((bm + 2 * BN) * row_bytes(D));
+    let (r0, m) = (r0 as usize, sh.m as usize);
+    let q_stride = (sh.hq as usize) * D;
+    let kv_stride = (sh.hkv as usize) * D;
+    let kv_head = (head / (sh.hq / sh.hkv)) as usize;
+    // SAFETY: rows r0.. of q, columns of this head; rows past m are zero-filled.
+    unsafe {
+        load_tile::<D>(
+            q_s,
+            q.add(r0.min(m) * q_stride + head as usize * D),
+            q_stride,
+            bm,
+            m - r0.min(m),
+        )
+    };
+    cp_async_commit_group();
+    let seq = sh.seq as usize;
+    let last_row = (r0 + bm).min(m) - 1;
+    let mut b = r0 / seq;
+    while b <= last_row / seq {
+        let seg = Segment {
+            lo: r0.max(b * seq),
+            hi: (r0 + bm).min((b + 1) * seq).min(m),
+            pos0: sh.start_pos as isize - (b * seq) as isize,
+        };
+        let cache_row0 = b * sh.max_seq as usize;
+        let kv = (
+            k_cache.wrapping_add(cache_row0 * kv_stride + kv_head * D),
+            v_cache.wrapping_add(cache_row0 * kv_stride + kv_head * D),
+        );
+        // SAFETY: as for the kernel; keys 0..kv_end of sequence b are in the cache.
+        unsafe {
+            attend_segment::<D, BN, MT, NW>(
+                q_s, k_s, v_s, kv, kv_stride, &seg, r0, &sh, o, q_stride, head,
+            )
+        };
+        b += 1;
+    }
+}
+
+/// Rows `lo..hi` (global row indices) of the tile belong to one sequence; the query of
+/// row `r` sits at position `r + pos0`.
+struct Segment {
+    lo: usize,
+    hi: usize,
+    pos0: isize,
+}
+
+impl Segment {
+    fn pos(&self, row: usize) -> isize {
+        row as isize + self.pos0
+    }
+}
+
+/// Flash attention of the segment's rows over keys `0..=pos(hi - 1)`, written to `o`.
+///
+/// # Safety
+/// As for [`prefill_attention`]; every thread of the CTA calls it.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn attend_segment<const D: usize, const BN: usize, const MT: usize, const NW: usize>(
+    q_s: SharedPtr<u8>,
+    k_s: SharedPtr<u8>,
+    v_s: SharedPtr<u8>,
+    (k, v): (*const bf16, *const bf16),
+    kv_stride: usize,
+    seg: &Segment,
+    r0: usize,
+    sh: &Shape,
+    o: *mut bf16,
+    o_stride: usize,
+    head: u32,
+) {
+    let kv_end = (seg.pos(seg.hi - 1) + 1) as usize;
+    let nblocks = kv_end.div_ceil(BN);
+    let (warp, lane) = (warp_id() as usize, lane_id() as usize);
+    let (g, t) = (lane / 4, lane % 4);
+    // This warp's rows (global) and the part of them in the segment.
+    let w_lo = r0 + warp * MT * 16;
+    let w_hi = w_lo + MT * 16;
+    let active = w_lo < seg.hi && w_hi > seg.lo;
+    let first = w_lo.max(seg.lo);
+    let last = w_hi.min(seg.hi).saturating_sub(1);
+    let whole = w_lo >= seg.lo && w_hi <= seg.hi;
+
+    let mut acc = [[[0.0f32; 4]; 16]; MT]; // [mt][d tile (D/8 used)][c]
+    let mut mrow = [[f32::NEG_INFINITY; 2]; MT];
+    let mut lrow = [[0.0f32; 2]; MT];
+
+    // SAFETY: key rows < kv_end exist; stage 0 is free (the previous segment's last
+    // block was followed by a barrier).
+    unsafe {
+        load_tile::<D>(k_s, k, kv_stride, BN, kv_end);
+        load_tile::<D>(v_s, v, kv_stride, BN, kv_end);
+    }
+    cp_async_commit_group();
+    let mut j = 0;
+    let stage = BN * row_bytes(D);
+    while j < nblocks {
+        let (ks, vs) = (k_s.byte_add((j % 2) * stage), v_s.byte_add((j % 2) * stage));
+        if j + 1 < nblocks {
+            let kb = (j + 1) * BN;
+            // SAFETY: the other stage was last read before the barrier that ended block j - 1.
+            unsafe {
+                let next = ((j + 1) % 2) * stage;
+                load_tile::<D>(
+                    k_s.byte_add(next),
+                    k.wrapping_add(kb * kv_stride),
+                    kv_stride,
+                    BN,
+                    kv_end - kb,
+                );
+                load_tile::<D>(
+                    v_s.byte_add(next),
+                    v.wrapping_add(kb * kv_stride),
+                    kv_stride,
+                    BN,
+                    kv_end - kb,
+                );
+            }
+            cp_async_commit_group();
+            cp_async_wait_group::<1>();
+        } else {
+            cp_async_wait_group::<0>();
+        }
+        sync_threads();
+        let kb = j * BN;
+        // Skip blocks past this warp's last query (all masked) and inactive warps.
+        if active && (kb as isize) <= seg.pos(last) {
+            let need_mask = !whole || (kb + BN) as isize > seg.pos(first) + 1;
+            let mut s = [[[0.0f32; 4]; 8]; MT]; // [mt][key tile (BN/8 used)][c]
+            // S = Q·Kᵀ: per 16-wide step of D, the A fragments of the warp's row tiles,
+            // then each K fragment pair (two key tiles) feeds every row tile.
+            let mut kk = 0;
+            while kk < sh.ksteps as usize {
+                let mi = lane / 8;
+                let a: [[u32; 4]; MT] = core::array::from_fn(|mt| {
+                    let row = warp * MT * 16 + mt * 16 + (mi % 2) * 8 + lane % 8;
+                    // SAFETY: rows of the Q tile; converged warp.
+                    unsafe { ldmatrix_x4(q_s.byte_add(swz::<D>(row, 2 * kk + mi / 2))) }
+                });
+                unroll!(BN / 16, max 4, |jp| {
+                    let key = jp * 16 + (mi / 2) * 8 + lane % 8;
+                    // SAFETY: rows of the K tile in shared memory; converged warp.
+                    let r = unsafe { ldmatrix_x4(ks.byte_add(swz::<D>(key, 2 * kk + mi % 2))) };
+                    unroll!(MT, max 2, |mt| {
+                        // SAFETY: converged warp.
+                        unsafe {
+                            s[mt][2 * jp] = mma_m16n8k16_bf16_f32(a[mt], [r[0], r[1]], s[mt][2 * jp]);
+                            s[mt][2 * jp + 1] = mma_m16n8k16_bf16_f32(a[mt], [r[2], r[3]], s[mt][2 * jp + 1]);
+                        }
+                    });
+                });
+                kk += 1;
+            }
+            // Online softmax per row (rows g and g + 8 of each m tile).
+            unroll!(MT, max 2, |mt| {
+                unroll!(2, max 2, |half| {
+                    let row = w_lo + mt * 16 + half * 8 + g;
+                    let (qpos, in_seg) = (seg.pos(row), row >= seg.lo && row < seg.hi);
+                    let mut mx = f32::NEG_INFINITY;
+                    unroll!(BN / 8, max 8, |jn| {
+                        unroll!(2, max 2, |e| {
+                            let key = (kb + jn * 8 + 2 * t + e) as isize;
+                            let mut x = s[mt][jn][2 * half + e] * sh.scale;
+                            if need_mask && (!in_seg || key > qpos) {
+                                x = f32::NEG_INFINITY;
+                            }
+                            s[mt][jn][2 * half + e] = x;
+                            mx = mx.max(x);
+                        });
+                    });
+                    mx = mx.max(shfl_xor_sync(FULL_MASK, mx, 1));
+                    mx = mx.max(shfl_xor_sync(FULL_MASK, mx, 2));
+                    let m_new = mrow[mt][half].max(mx);
+                    // A row with nothing valid yet keeps weights 0 (exp2 of -inf).
+                    let m_use = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
+                    let alpha = exp2(mrow[mt][half] - m_use);
+                    mrow[mt][half] = m_new;
+                    let mut sum = 0.0f32;
+                    unroll!(BN / 8, max 8, |jn| {
+                        let p0 = exp2(s[mt][jn][2 * half] - m_use);
+                        let p1 = exp2(s[mt][jn][2 * half + 1] - m_use);
+                        sum += p0 + p1;
+                        s[mt][jn][2 * half] = p0;
+                        s[mt][jn][2 * half + 1] = p1;
+                    });
+                    lrow[mt][half] = lrow[mt][half] * alpha + sum;
+                    unroll!(D / 16, max 8, |dn| {
+                        acc[mt][2 * dn][2 * half] *= alpha;
+                        acc[mt][2 * dn][2 * half + 1] *= alpha;
+                        acc[mt][2 * dn + 1][2 * half] *= alpha;
+                        acc[mt][2 * dn + 1][2 * half + 1] *= alpha;
+                    });
+                });
+            });
+            // P as bf16 A fragments (half the registers of S, which dies here): for key step
+            // ks, a0 = row g, keys 2t, 2t+1; a1 = row g+8; a2 = row g, keys 2t+8, 2t+9;
+            // a3 = row g+8.
+            let mut pa = [[[0u32; 4]; 4]; MT];
+            unroll!(MT, max 2, |mt| {
+                unroll!(BN / 16, max 4, |ks| {
+                    let (lo, hi) = (s[mt][2 * ks], s[mt][2 * ks + 1]);
+                    pa[mt][ks] = [
+                        pack_bf16x2(lo[0], lo[1]),
+                        pack_bf16x2(lo[2], lo[3]),
+                        pack_bf16x2(hi[0], hi[1]),
+                        pack_bf16x2(hi[2], hi[3]),
+                    ];
+                });
+            });
+            // O += P·V, one key step of 16 at a time.
+            unroll!(BN / 16, max 4, |ks| {
+                unroll!(D / 16, max 8, |dn| {
+                    let mi = lane / 8;
+                    let key = ks * 16 + (mi % 2) * 8 + lane % 8;
+                    // SAFETY: rows of the V tile; converged warp.
+                    let r = unsafe { ldmatrix_x4_trans(vs.byte_add(swz::<D>(key, 2 * dn + mi / 2))) };
+                    unroll!(MT, max 2, |mt| {
+                        // SAFETY: converged warp.
+                        unsafe {
+                            acc[mt][2 * dn] = mma_m16n8k16_bf16_f32(pa[mt][ks], [r[0], r[1]], acc[mt][2 * dn]);
+                            acc[mt][2 * dn + 1] = mma_m16n8k16_bf16_f32(pa[mt][ks], [r[2], r[3]], acc[mt][2 * dn + 1]);
+                        }
+                    });
+                });
+            });
+        }
+        // Every warp is done with this stage before the next iteration refills it.
+        sync_threads();
+        j += 1;
+    }
+    if !active {
+        return;
+    }
+    unroll!(MT, max 2, |mt| {
+        unroll!(2, max 2, |half| {
+            let mut l = lrow[mt][half];
+            l += shfl_xor_sync(FULL_MASK, l, 1);
+            l += shfl_xor_sync(FULL_MASK, l, 2);
+            let row = w_lo + mt * 16 + half * 8 + g;
+            if row >= seg.lo && row < seg.hi {
+                let inv = if l > 0.0 { recip(l) } else { 0.0 };
+                let base = row * o_stride + head as usize * D + 2 * t;
+                unroll!(D / 8, max 16, |dn| {
+                    let w = pack_bf16x2(acc[mt][dn][2 * half] * inv, acc[mt][dn][2 * half + 1] * inv);
+                    // SAFETY: row < m, columns of this head; 4-byte aligned.
+                    unsafe { o.add(base + dn * 8).cast::<u32>().write(w) };
+                });
+            }
+        });
+    });
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+pub use host::*;
+
+/// Host side: config selection.
+#[cfg(not(target_arch = "nvptx64"))]
+mod host {
+    /// `(D, BM)` of each tile config of [`prefill_attention`](super::prefill_attention), in
+    /// `CONFIGS` order.
+    pub const CONFIG_SHAPES: [(u32, u32); 5] =
+        [(128, 64), (128, 128), (64, 64), (64, 128), (64, 128)];
+
+    /// The first tile config of `prefill_attention` for head dim `d` with `bm` rows per
+    /// kernel tile, if there is one.
+    pub fn config_index(d: u32, bm: u32) -> Option<usize> {
+        CONFIG_SHAPES.iter().position(|&s| s == (d, bm))
+    }
+}
