@@ -460,6 +460,73 @@ fn tiled_chain_on_an_async_stream() -> Result<()> {
     Ok(())
 }
 
+/// The planner's choices at real decode shapes on a virtual GPU of 16 SMs (more would
+/// exceed the host's limit on coroutine stacks; small n still makes it split k), through
+/// [`plan::linear`] and [`plan::gate_up`]: Qwen3-0.6B's o projection at m = 16 and its
+/// down projection at m = 1, and a gate+up.
+#[test]
+fn planner_choices_at_model_shapes_on_a_16_sm_virtual_gpu() -> Result<()> {
+    let seed = fresh_seed("planner_choices_at_model_shapes_on_a_16_sm_virtual_gpu");
+    let config = megaops::VgpuConfig {
+        sms: 16,
+        max_threads_per_sm: 256,
+        max_threads_per_cta: 256,
+        seed,
+        ..megaops::VgpuConfig::default()
+    };
+    let dev = Device::cpu(config)?;
+    let s = Stream::new(&dev)?;
+    let mut ws = SplitWorkspace::new(&dev, 16, 1024, plan::MAX_SPLITS as usize, 2)?;
+    for (m, n, k) in [(16usize, 1024usize, 2048usize), (1, 1024, 3072)] {
+        let p = Problem::new(m, n, k, seed ^ n as u64 ^ k as u64);
+        let (x, w) = p.tensors(&dev)?;
+        let mut y = Tensor::full(&dev, &[m, n], POISON)?;
+        let c = plan::linear(
+            &s,
+            &x,
+            &w,
+            &mut y,
+            Some(&mut ws),
+            m as u32,
+            n as u32,
+            k as u32,
+        )?;
+        assert!(c.splits > 1, "n = {n} on 16 SMs should split k: {c:?}");
+        assert_close(
+            &format!("linear m={m} n={n} k={k} ({c:?})"),
+            &y.to_vec()?,
+            &p.reference(),
+            TOL_BF16,
+        );
+    }
+    let (m, inter, k) = (4usize, 512usize, 1024usize);
+    let p = Problem::new(m, 2 * inter, k, seed ^ 0x9a7e);
+    let (x, w) = p.tensors(&dev)?;
+    let mut h = Tensor::full(&dev, &[m, inter], POISON)?;
+    let c = plan::gate_up(
+        &s,
+        &x,
+        &w,
+        &mut h,
+        Some(&mut ws),
+        m as u32,
+        inter as u32,
+        k as u32,
+    )?;
+    let want = gate_up_ref(&f64s(&p.x), &f64s(&p.w), m, inter, k);
+    assert_close(
+        &format!("gate_up m={m} inter={inter} k={k} ({c:?})"),
+        &h.to_vec()?,
+        &want,
+        TOL_BF16,
+    );
+    assert!(
+        ws.counters.to_vec()?.iter().all(|&c| c == 0),
+        "split-K counters not re-armed"
+    );
+    Ok(())
+}
+
 /// The decode shapes of the benchmarked models (QKV, o, gate+up, down) and LM heads.
 #[test]
 fn gemv_on_the_gpu_at_model_shapes() -> Result<()> {
@@ -478,8 +545,8 @@ fn gemv_on_the_gpu_at_model_shapes() -> Result<()> {
         for m in [1usize, 16] {
             let sd = seed.wrapping_add(10 * i as u64 + m as u64);
             let s = Stream::new(&dev)?;
-            let mut ws =
-                SplitWorkspace::new(&dev, m, hidden.max(inter), plan::MAX_SPLITS as usize, 2)?;
+            let max_n = (q + 2 * kv).max(hidden).max(inter);
+            let mut ws = SplitWorkspace::new(&dev, m, max_n, plan::MAX_SPLITS as usize, 2)?;
             for (n, k) in [(q + 2 * kv, hidden), (hidden, q), (hidden, inter)] {
                 let p = Problem::new(m, n, k, sd ^ n as u64);
                 let (x, w) = p.tensors(&dev)?;
