@@ -1,6 +1,8 @@
 //! `megaops-bench`: the GPU benchmarks of MegaOps. Each suite prints Markdown tables (the
 //! figures in bench/RESULTS.md come from here) and appends them to `--out`.
 
+mod gemm;
+mod attention;
 mod bandwidth;
 mod gemv;
 mod harness;
@@ -24,10 +26,16 @@ struct Args {
 fn main() {
     let args = Args::parse();
     let selected = |name: &str| args.suites.is_empty() || args.suites.iter().any(|s| s == name);
+    if selected("gemm") {
+        gemm::run(args.out.as_deref(), args.quick);
+    }
     if selected("bandwidth") {
         bandwidth::run(args.out.as_deref(), args.quick);
     }
     if selected("gemv") {
         gemv::run(args.out.as_deref(), args.quick);
+    }
+    if selected("attention") {
+        attention::run(args.out.as_deref(), args.quick);
     }
 }

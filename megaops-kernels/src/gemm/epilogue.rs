@@ -30,7 +30,8 @@ impl<
 > Tile<BM, BN, BK, STAGES, WARPS_M, WARPS_N, MI, NI, NN>
 {
     /// Stores this CTA's block of `C` (`acc` from [`Tile::mainloop`]) as bf16, rounding to
-    /// nearest even. Reuses the pipeline's shared memory.
+    /// nearest even. Reuses the pipeline's shared memory, and leaves it free (a barrier at the
+    /// end).
     ///
     /// # Safety
     /// All threads of the CTA call it, converged, right after [`Tile::mainloop`]; `c` is a
@@ -61,7 +62,7 @@ impl<
         let (r0, ch) = (tid / cpr, tid % cpr);
         let col = self.col0 + ch * 8;
         let from = smem.byte_add(swizzle_bytes(r0, ch, cpr) as usize);
-        let aligned = n % 8 == 0;
+        let aligned = n.is_multiple_of(8);
         unroll!(i in 0..BM / Self::RPI_N => {
             let row = self.row0 + r0 + (i * Self::RPI_N) as u32;
             if row < m && col < n {
@@ -85,5 +86,8 @@ impl<
                 }
             }
         });
+        // Every thread has read its part of the C tile: the shared memory is free for
+        // whatever runs next in this CTA (a persistent launch's next tile).
+        sync_threads();
     }
 }

@@ -20,12 +20,12 @@ fn check_common(
             b.shape()
         )));
     }
-    if k % 8 != 0 {
+    if !k.is_multiple_of(8) {
         return Err(Error::Shape(format!(
             "`{kernel}` needs k % 8 == 0 (16-byte aligned rows for cp.async); k = {k}: pad k to a multiple of 8"
         )));
     }
-    if b.addr() % 16 != 0 {
+    if !b.addr().is_multiple_of(16) {
         return Err(Error::Shape(format!(
             "`{kernel}`: `{b_name}` must be 16-byte aligned (address {:#x})",
             b.addr()
@@ -46,7 +46,7 @@ pub fn check_matmul(m: u32, n: u32, k: u32, w: &Tensor<bf16>) -> Result<()> {
 /// `n % 8 == 0`, and `b` is 16-byte aligned.
 pub fn check_matmul_nn(m: u32, n: u32, k: u32, b: &Tensor<bf16>) -> Result<()> {
     check_common("matmul_nn", m, n, k, b, [k as usize, n as usize], "b")?;
-    if n % 8 != 0 {
+    if !n.is_multiple_of(8) {
         return Err(Error::Shape(format!(
             "`matmul_nn` needs n % 8 == 0 (16-byte aligned rows of B); n = {n}"
         )));

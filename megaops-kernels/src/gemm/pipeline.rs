@@ -126,32 +126,32 @@ impl<
     /// Compile-time checks of the configuration (evaluated when the tile is created).
     pub const CHECK: () = {
         assert!(
-            BK % 32 == 0 && BK <= 64,
+            BK.is_multiple_of(32) && BK <= 64,
             "BK must be 32 or 64 (an even number of k-steps of 16)"
         );
         assert!(STAGES >= 2 && STAGES <= 6, "STAGES must be 2..=6");
         assert!(MI * 16 * WARPS_M == BM, "MI must be BM / WARPS_M / 16");
         assert!(NI * 8 * WARPS_N == BN, "NI must be BN / WARPS_N / 8");
         assert!(
-            NI % 2 == 0,
+            NI.is_multiple_of(2),
             "NI must be even (B fragments are loaded two n8 tiles at a time)"
         );
         assert!(MI <= 8 && NI <= 16, "warp tile too large");
         assert!(
-            Self::THREADS % Self::CPR_K == 0 && BM % Self::RPI_K == 0,
+            Self::THREADS.is_multiple_of(Self::CPR_K) && BM.is_multiple_of(Self::RPI_K),
             "A tile not covered by whole copy iterations"
         );
         assert!(BM / Self::RPI_K <= 16, "too many A copy iterations");
         assert!(
-            BN >= 64 && Self::THREADS % Self::CPR_N == 0,
+            BN >= 64 && Self::THREADS.is_multiple_of(Self::CPR_N),
             "BN must be >= 64 and divide into the threads' chunks"
         );
         assert!(
-            Self::RPI_N % 8 == 0,
+            Self::RPI_N.is_multiple_of(8),
             "an N-contiguous copy iteration must cover a multiple of 8 rows (swizzle period)"
         );
         assert!(
-            BM % Self::RPI_N == 0 && BM / Self::RPI_N <= 16,
+            BM.is_multiple_of(Self::RPI_N) && BM / Self::RPI_N <= 16,
             "C tile not covered by at most 16 whole store iterations"
         );
         assert!(
@@ -160,12 +160,12 @@ impl<
         );
         if NN {
             assert!(
-                BK % Self::RPI_N == 0 && BK / Self::RPI_N <= 16,
+                BK.is_multiple_of(Self::RPI_N) && BK / Self::RPI_N <= 16,
                 "NN B tile not covered by whole copy iterations"
             );
         } else {
             assert!(
-                BN % Self::RPI_K == 0 && BN / Self::RPI_K <= 16,
+                BN.is_multiple_of(Self::RPI_K) && BN / Self::RPI_K <= 16,
                 "NT B tile not covered by whole copy iterations"
             );
         }
@@ -475,7 +475,7 @@ impl<
                     unroll!(i in 0..MI => {
                         unroll!(jr in 0..NI => {
                             // Serpentine order: consecutive mmas share a B fragment.
-                            let j = if i % 2 == 0 { jr } else { NI - 1 - jr };
+                            let j = if i.is_multiple_of(2) { jr } else { NI - 1 - jr };
                             acc[i][j] = mma_m16n8k16_bf16_f32(ca[i], cb[j], acc[i][j]);
                         });
                     });
