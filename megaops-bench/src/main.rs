@@ -3,6 +3,7 @@
 
 mod gemm;
 mod attention;
+mod attention;
 mod bandwidth;
 mod gemv;
 mod harness;
@@ -34,6 +35,9 @@ fn main() {
     }
     if selected("gemv") {
         gemv::run(args.out.as_deref(), args.quick);
+    }
+    if selected("attention") {
+        attention::run(args.out.as_deref(), args.quick);
     }
     if selected("attention") {
         attention::run(args.out.as_deref(), args.quick);
