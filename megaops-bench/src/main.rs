@@ -3,7 +3,6 @@
 
 mod gemm;
 mod attention;
-mod attention;
 mod bandwidth;
 mod gemv;
 mod harness;
@@ -35,9 +34,6 @@ fn main() {
     }
     if selected("gemv") {
         gemv::run(args.out.as_deref(), args.quick);
-    }
-    if selected("attention") {
-        attention::run(args.out.as_deref(), args.quick);
     }
     if selected("attention") {
         attention::run(args.out.as_deref(), args.quick);
