@@ -623,52 +623,51 @@ unsafe fn reduce_splits<
         // Four elements per round, four splits per load batch: 16 loads in flight.
         let mut sums = [[0f32; RG]; 4];
         let mut at = [usize::MAX; 4];
-        for (i, a) in at.iter_mut().enumerate() {
+        unroll!(4, max 4, |i| {
             let e = base + i as u32 * threads;
             let (token, ncol) = (e / BN, cta.n0 + e % BN);
             if e < total && ncol < ep.n {
-                *a = token as usize * ep.n as usize + ncol as usize;
+                at[i] = token as usize * ep.n as usize + ncol as usize;
             }
-        }
+        });
         let mut s = 0;
         while s < cta.splits {
             let batch = (cta.splits - s).min(4);
             let mut vals = [[[0f32; RG]; 4]; 4];
-            for (q, vq) in vals.iter_mut().enumerate() {
+            unroll!(4, max 4, |q| {
                 if (q as u32) < batch {
-                    for (i, vi) in vq.iter_mut().enumerate() {
+                    unroll!(4, max 4, |i| {
                         if at[i] != usize::MAX {
-                            for (rg, v) in vi.iter_mut().enumerate() {
+                            unroll!(RG, max 2, |rg| {
                                 let plane = (s as usize + q) * RG + rg;
                                 // SAFETY: inside ws; a strong load at GPU scope reads L2,
                                 // where the other CTAs' released partials are.
-                                *v = unsafe {
-                                    atomic::global::load(
-                                        ep.ws.add(plane * mn + at[i]),
-                                        Relaxed,
-                                        Gpu,
-                                    )
+                                vals[q][i][rg] = unsafe {
+                                    atomic::global::load(ep.ws.add(plane * mn + at[i]), Relaxed, Gpu)
                                 };
-                            }
+                            });
                         }
-                    }
+                    });
                 }
-            }
-            for vq in &vals[..batch as usize] {
-                for (sum, vi) in sums.iter_mut().zip(vq) {
-                    for (a, v) in sum.iter_mut().zip(vi) {
-                        *a += *v;
-                    }
+            });
+            // Splits in ascending order: the same sum whatever order the CTAs finished in.
+            unroll!(4, max 4, |q| {
+                if (q as u32) < batch {
+                    unroll!(4, max 4, |i| {
+                        unroll!(RG, max 2, |rg| {
+                            sums[i][rg] += vals[q][i][rg];
+                        });
+                    });
                 }
-            }
+            });
             s += batch;
         }
-        for (sum, a) in sums.iter().zip(at) {
-            if a != usize::MAX {
+        unroll!(4, max 4, |i| {
+            if at[i] != usize::MAX {
                 // SAFETY: out is m × n.
-                unsafe { ep.out.add(a).write(O::from_f32(finish::<RG, SILU>(*sum))) };
+                unsafe { ep.out.add(at[i]).write(O::from_f32(finish::<RG, SILU>(sums[i]))) };
             }
-        }
+        });
         base += 4 * threads;
     }
     if tid == 0 {
