@@ -32,7 +32,7 @@ pub fn entries(plan: &Plan) -> TokenStream {
     let syncs: Vec<_> = plan.syncs.iter().map(|s| &s.sync_ident).collect();
     let attrs = &k.attrs;
     let vis = k.vis();
-    let params = quote!(#(#params,)* #ctx: #kernel_ctx, #(#syncs: #tile_sync),*);
+    let params = quote!(#(#params,)* #ctx: #kernel_ctx #(, #syncs: #tile_sync)*);
     let fns = k.configs.iter().enumerate().map(|(i, config)| {
         let body = body(plan, config_consts(config));
         let (entry, cpu) = (plan.entry_name(i), plan.cpu_name(i));
