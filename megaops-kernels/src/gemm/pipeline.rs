@@ -239,8 +239,7 @@ impl<
             .smem
             .byte_add((tile + swizzle_bytes(r0, ch, cpr)) as usize);
         let row = first + r0;
-        // This thread's first element; iteration i is `i·RPI` rows further (a u32 element
-        // offset: a tile's rows span far less than 4 Gi elements).
+        // This thread's first element; iteration i is `i·RPI` rows further.
         let base = src.wrapping_add(row as usize * self.k as usize + col as usize);
         unroll!(i in 0..ROWS / Self::RPI_K => {
             let ok = row + ((i * Self::RPI_K) as u32) < limit && bytes > 0;
@@ -249,7 +248,7 @@ impl<
             // the base pointer only supplies an aligned address. The destination is this
             // thread's chunk of the tile (shifting by whole iterations keeps the swizzle).
             unsafe {
-                let from = if ok { base.wrapping_add((i as u32 * Self::RPI_K as u32 * self.k) as usize) } else { src };
+                let from = if ok { base.wrapping_add(i * Self::RPI_K * self.k as usize) } else { src };
                 cp_async_cg_16_zfill(dst.byte_add(i * Self::THREADS * 16), from.cast(), if ok { bytes } else { 0 });
             }
         });
@@ -280,7 +279,7 @@ impl<
             let ok = row + ((i * Self::RPI_N) as u32) < self.k && bytes > 0;
             // SAFETY: as in `copy_k_rows`, with rows of `n` elements.
             unsafe {
-                let from = if ok { base.wrapping_add((i as u32 * Self::RPI_N as u32 * self.n) as usize) } else { src };
+                let from = if ok { base.wrapping_add(i * Self::RPI_N * self.n as usize) } else { src };
                 cp_async_cg_16_zfill(dst.byte_add(i * Self::THREADS * 16), from.cast(), if ok { bytes } else { 0 });
             }
         });
