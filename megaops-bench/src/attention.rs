@@ -229,29 +229,39 @@ fn decode_case(
 fn prefill_table(suite: &Suite) -> Result<Table> {
     let mut t = Table::new(
         "Prefill attention (MegaOps causal flash attention, mma.sync)",
-        &["model", "seq", "config", "µs", "TFLOP/s"],
+        &["model", "seq", "config", "CTA order", "µs", "TFLOP/s"],
     );
     for (model, hq, hkv, d) in MODELS {
         for seq in [1024usize, 4096] {
-            for config in (0..prefill_attention::CONFIGS.len())
-                .filter(|&c| prefill::CONFIG_SHAPES[c].0 == d as u32)
-            {
-                if suite.over_budget() {
-                    eprintln!("prefill {model} seq={seq} config {config}: skipped (time budget)");
-                    continue;
-                }
-                match prefill_case(suite, hq, hkv, d, seq, config) {
-                    Ok(st) => {
-                        let flops = 2.0 * (hq * d) as f64 * seq as f64 * (seq as f64 + 1.0);
-                        t.row(vec![
-                            model.into(),
-                            seq.to_string(),
-                            prefill_attention::CONFIGS[config].name.into(),
-                            f3(st.median_us),
-                            f3(flops / st.median_us * 1e-6),
-                        ]);
+            let configs = (0..prefill_attention::CONFIGS.len())
+                .filter(|&c| prefill::CONFIG_SHAPES[c].0 == d as u32);
+            for config in configs {
+                for longest_first in [false, true] {
+                    if suite.over_budget() {
+                        eprintln!(
+                            "prefill {model} seq={seq} config {config}: skipped (time budget)"
+                        );
+                        continue;
                     }
-                    Err(e) => eprintln!("prefill {model} seq={seq} config {config}: {e}"),
+                    match prefill_case(suite, hq, hkv, d, seq, config, longest_first) {
+                        Ok(st) => {
+                            let flops = 2.0 * (hq * d) as f64 * seq as f64 * (seq as f64 + 1.0);
+                            t.row(vec![
+                                model.into(),
+                                seq.to_string(),
+                                prefill_attention::CONFIGS[config].name.into(),
+                                if longest_first {
+                                    "longest first"
+                                } else {
+                                    "identity"
+                                }
+                                .into(),
+                                f3(st.median_us),
+                                f3(flops / st.median_us * 1e-6),
+                            ]);
+                        }
+                        Err(e) => eprintln!("prefill {model} seq={seq} config {config}: {e}"),
+                    }
                 }
             }
         }
@@ -266,12 +276,19 @@ fn prefill_case(
     d: usize,
     seq: usize,
     config: usize,
+    longest_first: bool,
 ) -> Result<Stats> {
     let q = Suite::view(&suite.k_pool, seq, hq * d, 3)?;
     let k = Suite::view(&suite.k_pool, seq, hkv * d, 0)?;
     let v = Suite::view(&suite.v_pool, seq, hkv * d, 0)?;
     let mut o = Tensor::<bf16>::zeros(suite.dev, &[seq, hq * d])?;
-    let opts = LaunchOptions::config(config);
+    let mut opts = LaunchOptions::config(config);
+    if longest_first {
+        let bm = prefill::CONFIG_SHAPES[config].1;
+        opts = opts.remap(prefill::longest_first(
+            suite.dev, seq as u32, seq as u32, bm, hq as u32,
+        )?);
+    }
     suite.time(2, |s, _| {
         prefill_attention::launch_with(
             s,
@@ -292,6 +309,9 @@ fn prefill_case(
     })
 }
 
+/// A memory-bound benchmark: (timing, bytes moved) for `m` tokens.
+type Case = Box<dyn Fn(&Suite, usize) -> Result<(Stats, f64)>>;
+
 fn memory_table(suite: &Suite) -> Result<Table> {
     let mut t = Table::new(
         "Memory-bound kernels (Qwen3-8B sizes) vs a row copy of the same size",
@@ -306,7 +326,7 @@ fn memory_table(suite: &Suite) -> Result<Table> {
         ],
     );
     for m in [16usize, 4096] {
-        let cases: [(&str, Box<dyn Fn(&Suite, usize) -> Result<(Stats, f64)>>); 3] = [
+        let cases: [(&str, Case); 3] = [
             (
                 "add_rmsnorm h=4096",
                 Box::new(|s, m| bench_add_rmsnorm(s, m, 4096)),

@@ -149,6 +149,8 @@ fn check_decode(dev: &Device, c: &Decode) -> Result<()> {
 }
 
 struct Prefill {
+    /// Launch with the longest-first CTA order.
+    longest_first: bool,
     batch: usize,
     seq: usize,
     start_pos: usize,
@@ -174,9 +176,16 @@ fn check_prefill(dev: &Device, c: &Prefill) -> Result<()> {
     let vt = Tensor::from_slice(dev, &[rows, hkv * d], &v)?;
     let mut o = Tensor::full(dev, &[m, hq * d], POISON)?;
     let scale = 1.0 / (d as f32).sqrt();
+    let mut opts = LaunchOptions::config(c.config);
+    if c.longest_first {
+        let bm = prefill::CONFIG_SHAPES[c.config].1;
+        opts = opts.remap(prefill::longest_first(
+            dev, m as u32, seq as u32, bm, hq as u32,
+        )?);
+    }
     prefill_attention::launch_with(
         &s,
-        &LaunchOptions::config(c.config),
+        &opts,
         &qt,
         &kt,
         &vt,
@@ -251,6 +260,14 @@ fn config_tables_match_the_kernels() {
     assert_eq!(decode::config_index(128, 32, 8), Some(2));
     assert_eq!(decode::config_index(64, 32, 8), Some(6));
     assert_eq!(decode::config_index(128, 12, 8), None);
+    // Longest first: a permutation of the tiles, last row tile first.
+    let order = prefill::longest_first_order(300, 100, 64, 3);
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(sorted, (0..15).collect::<Vec<u32>>());
+    // Row tile 4 ends at row 299 (position 99), the most work; row tile 1 (position 27) the least.
+    assert_eq!(&order[..3], &[12, 13, 14]);
+    assert_eq!(&order[12..], &[3, 4, 5]);
 }
 
 #[test]
@@ -338,6 +355,7 @@ fn prefill_on_the_cpu_backend() -> Result<()> {
         ] {
             k += 1;
             let c = Prefill {
+                longest_first: k.is_multiple_of(3),
                 batch,
                 seq,
                 start_pos,
@@ -527,6 +545,7 @@ fn attention_on_the_gpu_at_model_sizes() -> Result<()> {
                 check_prefill(
                     &dev,
                     &Prefill {
+                        longest_first: batch == 1,
                         batch,
                         seq,
                         start_pos,

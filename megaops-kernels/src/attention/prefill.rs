@@ -436,9 +436,11 @@ unsafe fn attend_segment<const D: usize, const BN: usize, const MT: usize, const
 #[cfg(not(target_arch = "nvptx64"))]
 pub use host::*;
 
-/// Host side: config selection.
+/// Host side: config selection and the longest-first CTA order.
 #[cfg(not(target_arch = "nvptx64"))]
 mod host {
+    use megaops::{Device, Remap, Result, Tensor};
+
     /// `(D, BM)` of each tile config of [`prefill_attention`](super::prefill_attention), in
     /// `CONFIGS` order.
     pub const CONFIG_SHAPES: [(u32, u32); 5] =
@@ -448,5 +450,29 @@ mod host {
     /// kernel tile, if there is one.
     pub fn config_index(d: u32, bm: u32) -> Option<usize> {
         CONFIG_SHAPES.iter().position(|&s| s == (d, bm))
+    }
+
+    /// The kernel tiles of `prefill_attention` (`bm` rows, `hq` heads, `m = batch·seq`
+    /// rows) ordered by decreasing causal work — the position of a tile's last row in its
+    /// sequence — so the longest tiles start first and the short ones fill the tail of
+    /// the last wave. Tile `t` is `pid_m·hq + pid_h` (the kernel-tile grid is row-major).
+    pub fn longest_first_order(m: u32, seq: u32, bm: u32, hq: u32) -> Vec<u32> {
+        let tiles_m = m.div_ceil(bm.max(1));
+        let work = |pm: u32| ((pm * bm + bm - 1).min(m.saturating_sub(1))) % seq.max(1);
+        let mut rows: Vec<u32> = (0..tiles_m).collect();
+        rows.sort_by_key(|&pm| std::cmp::Reverse(work(pm)));
+        rows.iter()
+            .flat_map(|&pm| (0..hq).map(move |h| pm * hq + h))
+            .collect()
+    }
+
+    /// [`longest_first_order`] as a launch remap (`LaunchOptions::remap`).
+    pub fn longest_first(device: &Device, m: u32, seq: u32, bm: u32, hq: u32) -> Result<Remap> {
+        let order = longest_first_order(m, seq, bm, hq);
+        Ok(Remap::Table(Tensor::from_slice(
+            device,
+            &[order.len()],
+            &order,
+        )?))
     }
 }
