@@ -8,7 +8,7 @@
 use megaops::testing::{cpu_device, gpu_or_skip};
 use megaops::{
     AsyncOptions, AsyncStream, DataTiling, Device, DynGrid, DynRows, Error, Irregular, LaunchOptions, LaunchTarget,
-    Result, Stream, Tensor, Tiled,
+    Result, Stream, Tensor, Tiled, R2,
 };
 use megaops_examples::protocol::{busy, pattern, produce, row_sums};
 use std::time::Duration;
@@ -26,7 +26,7 @@ fn check_sums(what: &str, got: &[f32], m: u32, n: u32, seed: u32) {
 }
 
 /// Produce into a `Tiled` with `tiling`, consume on `on`; returns the row sums.
-fn chain<D: DataTiling, L: LaunchTarget>(
+fn chain<D: DataTiling<Rank = R2>, L: LaunchTarget>(
     dev: &Device,
     on: &L,
     m: u32,

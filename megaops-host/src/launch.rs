@@ -16,7 +16,7 @@ use crate::tensor::Tensor;
 use crate::backend::cuda::lock;
 use crate::tiled::{ProducerTiling, Tiled, TiledState};
 use std::sync::Mutex;
-use crate::tiling::{DataTiling, Rank};
+use crate::tiling::{DataTiling, Rank, TilesRank};
 use megaops_device::sync::tiling::{num_data_tiles, target_of};
 use megaops_device::sync::{CtaRemap, KernelCtx, TileSync, MAX_RANK, MAX_TARGET};
 use std::sync::Arc;
@@ -635,7 +635,7 @@ impl<T: DType, R: Rank> AsOutput<T, R> for Tensor<T> {
     }
 }
 
-impl<T: DType, D: DataTiling> AsInput<T, D::Rank> for Tiled<T, D> {
+impl<T: DType, R: Rank, D: DataTiling + TilesRank<R>> AsInput<T, R> for Tiled<T, D> {
     fn bind_input(&self, kernel: &str, param: &str) -> Result<Binding> {
         let (sync, note) = self.consumer_sync(kernel, param)?;
         Ok(Binding {
@@ -651,7 +651,7 @@ impl<T: DType, D: DataTiling> AsInput<T, D::Rank> for Tiled<T, D> {
     }
 }
 
-impl<T: DType, D: DataTiling> AsOutput<T, D::Rank> for Tiled<T, D> {
+impl<T: DType, R: Rank, D: DataTiling + TilesRank<R>> AsOutput<T, R> for Tiled<T, D> {
     fn bind_output(&mut self, kernel: &str, param: &str) -> Result<Binding> {
         let sync = self.producer_sync(kernel, param)?;
         let note = self.note(self.epoch(), None);

@@ -39,4 +39,4 @@ pub use partition::SmPartition;
 pub use stream::{Event, Stream};
 pub use tensor::Tensor;
 pub use tiled::{Phase, ProducerTiling, Tiled};
-pub use tiling::{Chunks, DataTiling, DimSpec, DynChunks, DynGrid, DynRows, Grid, Irregular, Rows, R1, R2, R3, R4};
+pub use tiling::{Chunks, DataTiling, DimSpec, TilesRank, DynChunks, DynGrid, DynRows, Grid, Irregular, Rows, R1, R2, R3, R4};

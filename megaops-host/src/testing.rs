@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 
 /// The CPU backend for tests: a small virtual GPU (4 SMs) with the given interleaving seed.
 pub fn cpu_device(seed: u64) -> Result<Device> {
-    Device::cpu(VgpuConfig { sms: 4, seed, ..VgpuConfig::default() })
+    Device::cpu(VgpuConfig { sms: 4, max_threads_per_sm: 1024, seed, ..VgpuConfig::default() })
 }
 
 /// GPU 0, or `None` after printing why a GPU test is skipped (no driver, no device).

@@ -69,6 +69,9 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
     /// A new armed tensor of `shape` (data uninitialised on the GPU) with zeroed
     /// semaphores. `name` appears in error messages.
     pub fn new(device: &Device, shape: &[usize], tiling: D, name: &str) -> Result<Self> {
+        // Constant tilings that cannot be mapped fail to compile here, at the caller.
+        #[allow(clippy::let_unit_value)]
+        let () = D::CHECK;
         let data = Tensor::empty(device, shape)?;
         Self::assemble(data, None, tiling, name, Phase::Armed)
     }
@@ -76,6 +79,8 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
     /// Wraps a tensor whose data is already complete (e.g. uploaded): consumers read it
     /// without waiting until it is re-armed and produced again.
     pub fn complete(data: Tensor<T>, tiling: D, name: &str) -> Result<Self> {
+        #[allow(clippy::let_unit_value)]
+        let () = D::CHECK;
         Self::assemble(data, None, tiling, name, Phase::Complete)
     }
 
@@ -83,12 +88,12 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
     /// semaphores must number exactly one per data tile and all hold the same multiple of
     /// [`EPOCH_STRIDE`] (zero for fresh ones); this reads them to check.
     pub fn with_semaphores(data: Tensor<T>, semaphores: Tensor<i32>, tiling: D, name: &str) -> Result<Self> {
+        #[allow(clippy::let_unit_value)]
+        let () = D::CHECK;
         Self::assemble(data, Some(semaphores), tiling, name, Phase::Armed)
     }
 
     fn assemble(data: Tensor<T>, sema: Option<Tensor<i32>>, tiling: D, name: &str, phase: Phase) -> Result<Self> {
-        #[allow(clippy::let_unit_value)]
-        let () = D::CHECK;
         let device = data.device().clone();
         let dims = resolve(&tiling, data.shape())?;
         let n = dims.iter().map(HostDim::count).product::<u32>() as usize;

@@ -54,15 +54,26 @@ pub enum DimSpec {
     Bounds(Vec<u32>),
 }
 
+/// States that a data tiling tiles tensors of rank `R`; kernels that read or write a
+/// rank-`R` tensor accept `Tiled` tensors whose tiling implements `TilesRank<R>`, so a rank
+/// mismatch is reported in these words rather than as a trait-projection mismatch.
+#[diagnostic::on_unimplemented(
+    message = "data tiling `{Self}` does not tile tensors of rank `{R}`",
+    label = "the kernel reads or writes a rank-`{R}` tensor here",
+    note = "the tiling's rank is part of the `Tiled` tensor's type: tile the tensor with a tiling of the kernel's rank"
+)]
+pub trait TilesRank<R: Rank> {}
+
 /// A data tiling of a tensor of rank `Self::Rank`.
 ///
-/// Implement it for irregular tilings by returning [`DimSpec::Bounds`] tables.
+/// Implement it for irregular tilings by returning [`DimSpec::Bounds`] tables (and
+/// `TilesRank<YourRank>`, one empty impl).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a data tiling",
     label = "expected a data tiling such as `Rows<64>`, `Grid<64, 128>` or `Chunks<256>`",
     note = "irregular tilings implement `DataTiling` with `DimSpec::Bounds` tables"
 )]
-pub trait DataTiling: Clone + std::fmt::Debug + Send + Sync + 'static {
+pub trait DataTiling: TilesRank<Self::Rank> + Clone + std::fmt::Debug + Send + Sync + 'static {
     /// Rank of the tensors it tiles.
     type Rank: Rank;
     /// Evaluated when a `Tiled` with this tiling is created: constant tilings that
@@ -79,6 +90,7 @@ pub trait DataTiling: Clone + std::fmt::Debug + Send + Sync + 'static {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Rows<const R: u32>;
 
+impl<const R: u32> TilesRank<R2> for Rows<R> {}
 impl<const R: u32> DataTiling for Rows<R> {
     type Rank = R2;
     const CHECK: () = assert!(R > 0, "a data tile of `Rows<R>` needs R >= 1 rows");
@@ -94,6 +106,7 @@ impl<const R: u32> DataTiling for Rows<R> {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Grid<const R: u32, const C: u32>;
 
+impl<const R: u32, const C: u32> TilesRank<R2> for Grid<R, C> {}
 impl<const R: u32, const C: u32> DataTiling for Grid<R, C> {
     type Rank = R2;
     const CHECK: () = assert!(R > 0 && C > 0, "a data tile of `Grid<R, C>` needs R >= 1 and C >= 1");
@@ -109,6 +122,7 @@ impl<const R: u32, const C: u32> DataTiling for Grid<R, C> {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Chunks<const N: u32>;
 
+impl<const N: u32> TilesRank<R1> for Chunks<N> {}
 impl<const N: u32> DataTiling for Chunks<N> {
     type Rank = R1;
     const CHECK: () = assert!(N > 0, "a data tile of `Chunks<N>` needs N >= 1 elements");
@@ -124,6 +138,7 @@ impl<const N: u32> DataTiling for Chunks<N> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DynRows(pub u32);
 
+impl TilesRank<R2> for DynRows {}
 impl DataTiling for DynRows {
     type Rank = R2;
     fn dim(&self, d: usize, _: usize) -> DimSpec {
@@ -138,6 +153,7 @@ impl DataTiling for DynRows {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DynGrid(pub u32, pub u32);
 
+impl TilesRank<R2> for DynGrid {}
 impl DataTiling for DynGrid {
     type Rank = R2;
     fn dim(&self, d: usize, _: usize) -> DimSpec {
@@ -152,6 +168,7 @@ impl DataTiling for DynGrid {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DynChunks(pub u32);
 
+impl TilesRank<R1> for DynChunks {}
 impl DataTiling for DynChunks {
     type Rank = R1;
     fn dim(&self, _: usize, _: usize) -> DimSpec {
@@ -187,6 +204,7 @@ impl Irregular<R2> {
     }
 }
 
+impl<R: Rank> TilesRank<R> for Irregular<R> {}
 impl<R: Rank> DataTiling for Irregular<R> {
     type Rank = R;
     fn dim(&self, d: usize, _: usize) -> DimSpec {

@@ -53,8 +53,10 @@ pub unsafe fn kernel_begin_cta(ctx: &KernelCtx) {
 pub unsafe fn remap_tile(ctx: &KernelCtx, t: u32) -> u32 {
     match ctx.remap.kind {
         1 => {
+            // offset < num_tiles (the host reduces it), so one conditional subtraction.
             let n = ctx.num_tiles.max(1);
-            ((t as u64 + ctx.remap.offset as u64) % n as u64) as u32
+            let r = t + ctx.remap.offset % n;
+            if r >= n { r - n } else { r }
         }
         // SAFETY: caller's contract; t < num_tiles for every CTA the launch runs.
         2 => unsafe { *ctx.remap.table.add(t as usize) },
@@ -66,12 +68,12 @@ pub unsafe fn remap_tile(ctx: &KernelCtx, t: u32) -> u32 {
 #[inline(always)]
 pub fn tile_coords(ctx: &KernelCtx, mut r: u32) -> [u32; MAX_RANK] {
     let mut c = [0u32; MAX_RANK];
-    let mut i = MAX_RANK;
-    while i > 0 {
-        i -= 1;
-        let n = ctx.tile_grid[i].max(1);
-        c[i] = r % n;
-        r /= n;
+    for i in (0..MAX_RANK).rev() {
+        let n = ctx.tile_grid[i];
+        if n > 1 {
+            c[i] = r % n;
+            r /= n;
+        }
     }
     c
 }

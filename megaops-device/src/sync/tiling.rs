@@ -100,11 +100,13 @@ impl TileBox {
     /// Total number of data tiles in the box.
     #[inline(always)]
     pub fn len(&self) -> u32 {
+        // Loops run to the constant MAX_RANK (guarded by `rank`) so that they unroll and
+        // the arrays stay in registers on the device.
         let mut n = 1u32;
-        let mut i = 0;
-        while i < self.rank as usize {
-            n = n.saturating_mul(self.count[i]);
-            i += 1;
+        for i in 0..MAX_RANK {
+            if i < self.rank as usize {
+                n = n.saturating_mul(self.count[i]);
+            }
         }
         n
     }
@@ -119,12 +121,12 @@ impl TileBox {
     #[inline(always)]
     pub fn coords(&self, mut k: u32) -> [u32; MAX_RANK] {
         let mut c = [0u32; MAX_RANK];
-        let mut i = self.rank as usize;
-        while i > 0 {
-            i -= 1;
-            let n = self.count[i].max(1);
-            c[i] = self.first[i] + k % n;
-            k /= n;
+        for i in (0..MAX_RANK).rev() {
+            if i < self.rank as usize {
+                let n = self.count[i].max(1);
+                c[i] = self.first[i] + k % n;
+                k /= n;
+            }
         }
         c
     }
@@ -138,13 +140,13 @@ impl TileBox {
 #[inline(always)]
 pub unsafe fn covered_box(dims: &[DimTiling; MAX_RANK], rank: u32, region: &[(u32, u32); MAX_RANK]) -> TileBox {
     let mut b = TileBox { first: [0; MAX_RANK], count: [0; MAX_RANK], rank };
-    let mut i = 0;
-    while i < rank as usize {
-        // SAFETY: forwarded contract.
-        let (f, n) = unsafe { covered(&dims[i], region[i].0, region[i].1) };
-        b.first[i] = f;
-        b.count[i] = n;
-        i += 1;
+    for i in 0..MAX_RANK {
+        if i < rank as usize {
+            // SAFETY: forwarded contract.
+            let (f, n) = unsafe { covered(&dims[i], region[i].0, region[i].1) };
+            b.first[i] = f;
+            b.count[i] = n;
+        }
     }
     b
 }
@@ -153,10 +155,10 @@ pub unsafe fn covered_box(dims: &[DimTiling; MAX_RANK], rank: u32, region: &[(u3
 #[inline(always)]
 pub fn sem_index(dims: &[DimTiling; MAX_RANK], rank: u32, coords: &[u32; MAX_RANK]) -> u32 {
     let mut idx = 0u32;
-    let mut i = 0;
-    while i < rank as usize {
-        idx = idx * dims[i].count + coords[i];
-        i += 1;
+    for i in 0..MAX_RANK {
+        if i < rank as usize {
+            idx = idx * dims[i].count + coords[i];
+        }
     }
     idx
 }
@@ -165,10 +167,10 @@ pub fn sem_index(dims: &[DimTiling; MAX_RANK], rank: u32, coords: &[u32; MAX_RAN
 #[inline(always)]
 pub fn num_data_tiles(dims: &[DimTiling; MAX_RANK], rank: u32) -> u32 {
     let mut n = 1u32;
-    let mut i = 0;
-    while i < rank as usize {
-        n = n.saturating_mul(dims[i].count);
-        i += 1;
+    for (i, d) in dims.iter().enumerate() {
+        if i < rank as usize {
+            n = n.saturating_mul(d.count);
+        }
     }
     n
 }
@@ -188,11 +190,11 @@ pub unsafe fn target_of(
     split: u32,
 ) -> u32 {
     let mut t = split.max(1);
-    let mut i = 0;
-    while i < rank as usize {
-        // SAFETY: forwarded contract.
-        t = t.saturating_mul(unsafe { producer_tiles_in(&dims[i], coords[i], ktile[i]) });
-        i += 1;
+    for i in 0..MAX_RANK {
+        if i < rank as usize {
+            // SAFETY: forwarded contract.
+            t = t.saturating_mul(unsafe { producer_tiles_in(&dims[i], coords[i], ktile[i]) });
+        }
     }
     t
 }
@@ -210,16 +212,15 @@ pub unsafe fn is_designated(
     coords: &[u32; MAX_RANK],
     region: &[(u32, u32); MAX_RANK],
 ) -> bool {
-    let mut i = 0;
-    while i < rank as usize {
-        // SAFETY: forwarded contract.
-        let (s, _) = unsafe { data_tile_range(&dims[i], coords[i]) };
-        if s < region[i].0 || s >= region[i].1 {
-            return false;
+    let mut designated = true;
+    for i in 0..MAX_RANK {
+        if i < rank as usize {
+            // SAFETY: forwarded contract.
+            let (s, _) = unsafe { data_tile_range(&dims[i], coords[i]) };
+            designated &= s >= region[i].0 && s < region[i].1;
         }
-        i += 1;
     }
-    true
+    designated
 }
 
 /// The semaphore increment a producer kernel tile adds to a data tile (see
