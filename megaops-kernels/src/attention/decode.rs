@@ -535,11 +535,12 @@ mod host {
     }
 
     /// A split count for `batch` sequences of up to `max_len` positions and `hkv` kv
-    /// heads on `sms` SMs: enough CTAs for about four per SM, at least 64 positions per
-    /// split, at most 64 splits.
+    /// heads on `sms` SMs: one wave of about three CTAs per SM (the residency of the
+    /// `G = 4`, `D = 128` config at ~150 registers), so that no partial second wave
+    /// lengthens the launch, with at least 64 positions per split and at most 64 splits.
     pub fn splits_for(batch: u32, hkv: u32, max_len: u32, sms: u32) -> u32 {
         let pairs = (batch * hkv).max(1);
-        let want = (4 * sms).div_ceil(pairs);
+        let want = (3 * sms) / pairs;
         want.min(max_len.div_ceil(64)).clamp(1, 64)
     }
 
