@@ -51,6 +51,7 @@ pub unsafe fn produce(y: *mut f32, m: u32, n: u32, seed: u32, delay_ns: u64) {
 /// tiles of `x` those rows touch. Kernel tiling: `x: [pid_m: BM, _]`, `sums: [pid_m: BM]`.
 #[megaops::kernel(
     block = 64,
+    min_ctas = 8,
     input(x[m, n] = [pid_m: BM, _]),
     output(sums[m] = [pid_m: BM]),
 )]

@@ -6,10 +6,8 @@
 //! kernel crate's `build.rs`:
 //!
 //! ```no_run
-//! // build.rs of a kernel crate
-//! fn main() {
-//!     megaops_build::PtxBuilder::from_env().build_or_exit();
-//! }
+//! // the body of `fn main` in a kernel crate's build.rs:
+//! megaops_build::PtxBuilder::from_env().build_or_exit();
 //! ```
 //!
 //! and the crate root embeds the result with `megaops::kernel_crate!()`.

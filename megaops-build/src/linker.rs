@@ -137,7 +137,82 @@ pub fn link(tc: &Toolchain, req: &LinkRequest) -> Result<(), BuildError> {
         ],
         &output,
     )?;
+    let ptx = std::fs::read_to_string(&output).map_err(|e| BuildError::io("reading", &output, e))?;
+    let ptx = apply_launch_bounds(&ptx);
+    std::fs::write(&output, ptx).map_err(|e| BuildError::io("writing", &output, e))?;
     Ok(())
+}
+
+/// Prefix of the marker statics `#[megaops::kernel(min_ctas = ...)]` emits.
+const BOUNDS_PREFIX: &str = "__megaops_launch_bounds__";
+
+/// Turns each marker global `__megaops_launch_bounds__<entry> = [threads, min_ctas]` into
+/// `.maxntid threads, 1, 1` / `.minnctapersm min_ctas` directives on `.entry <entry>` and
+/// removes the marker (rustc cannot express launch bounds).
+pub fn apply_launch_bounds(ptx: &str) -> String {
+    let mut bounds: Vec<(String, u32, u32)> = Vec::new();
+    let mut kept = Vec::new();
+    for line in ptx.lines() {
+        if let Some(b) = parse_bounds_global(line) {
+            bounds.push(b);
+        } else {
+            kept.push(line);
+        }
+    }
+    if bounds.is_empty() {
+        return ptx.to_string();
+    }
+    let mut out = String::with_capacity(ptx.len() + 64 * bounds.len());
+    let mut pending: Option<(u32, u32)> = None;
+    for line in kept {
+        let trimmed = line.trim_start();
+        if let Some(rest) = trimmed.strip_prefix(".visible .entry ").or_else(|| trimmed.strip_prefix(".entry ")) {
+            let name = rest.split('(').next().unwrap_or_default().trim();
+            pending = bounds.iter().find(|(n, _, _)| n == name).map(|&(_, t, m)| (t, m));
+        }
+        if trimmed == "{" {
+            if let Some((threads, min)) = pending.take() {
+                out.push_str(&format!(".maxntid {threads}, 1, 1\n"));
+                if min > 0 {
+                    out.push_str(&format!(".minnctapersm {min}\n"));
+                }
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Parses `.visible .global .align 4 .b8 __megaops_launch_bounds__E[8] = {..};` (bytes,
+/// little-endian) or the `.u32 ...[2] = {t, m};` form.
+fn parse_bounds_global(line: &str) -> Option<(String, u32, u32)> {
+    let at = line.find(BOUNDS_PREFIX)?;
+    if !line.contains(".global") {
+        return None;
+    }
+    let name = line[at + BOUNDS_PREFIX.len()..].split('[').next()?.trim().to_string();
+    let mut values: Vec<u64> = line
+        .split('{')
+        .nth(1)?
+        .split('}')
+        .next()?
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    // LLVM drops trailing zero bytes of an initializer: `{64, 0, 0, 0, 8}`.
+    if line.contains(".b8") && values.len() <= 8 {
+        values.resize(8, 0);
+    }
+    let (threads, min) = if line.contains(".b8") && values.len() == 8 {
+        let word = |i: usize| (0..4).map(|b| (values[i * 4 + b] as u32) << (8 * b)).sum::<u32>();
+        (word(0), word(1))
+    } else if values.len() == 2 {
+        (values[0] as u32, values[1] as u32)
+    } else {
+        return None;
+    };
+    Some((name, threads, min))
 }
 
 fn as_refs(v: &[OsString]) -> Vec<&OsStr> {
@@ -240,6 +315,20 @@ mod tests {
         assert!(LinkRequest::parse(os(&["x.o"])).is_err());
         assert!(LinkRequest::parse(os(&["-o", "x.ptx"])).is_err());
         assert!(LinkRequest::parse(os(&["-o"])).is_err());
+    }
+
+    #[test]
+    fn launch_bounds_become_entry_directives() {
+        let ptx = "// x\n.visible .global .align 4 .b8 __megaops_launch_bounds__k__cfg0[8] = {0, 1, 0, 0, 2};\n\
+                   .visible .global .align 4 .u32 __megaops_launch_bounds__j[2] = {128, 0};\n\
+                   .visible .entry k__cfg0(\n\t.param .u64 k_param_0\n)\n{\n\tret;\n}\n\
+                   .visible .entry other(\n)\n{\n\tret;\n}\n.visible .entry j(\n)\n{\n\tret;\n}\n";
+        let out = apply_launch_bounds(ptx);
+        assert!(!out.contains("__megaops_launch_bounds__"), "{out}");
+        assert!(out.contains(")\n.maxntid 256, 1, 1\n.minnctapersm 2\n{"), "{out}");
+        assert!(out.contains(".entry other(\n)\n{"), "{out}");
+        assert!(out.contains(".entry j(\n)\n.maxntid 128, 1, 1\n{"), "{out}");
+        assert_eq!(apply_launch_bounds("plain\n"), "plain\n");
     }
 
     #[test]

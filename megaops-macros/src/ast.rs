@@ -36,6 +36,8 @@ pub struct Kernel {
     pub tiles: Option<Vec<AxisDecl>>,
     /// `persistent` given.
     pub persistent: bool,
+    /// `min_ctas = ...` (first occurrence): launch bounds.
+    pub min_ctas: Option<Expr>,
     /// `debug` given.
     pub debug: bool,
     /// The synchronised parameters, in annotation order.
@@ -176,6 +178,7 @@ impl Kernel {
             smem: None,
             tiles: None,
             persistent: false,
+            min_ctas: None,
             debug: false,
             syncs: Vec::new(),
             configs: typed_configs(config_attrs),
@@ -200,6 +203,9 @@ impl Kernel {
                 }
                 ArgItem::Tiles { axes, .. } => {
                     kernel.tiles.get_or_insert_with(|| axes.clone());
+                }
+                ArgItem::MinCtas { count, .. } => {
+                    kernel.min_ctas.get_or_insert_with(|| count.clone());
                 }
                 ArgItem::Persistent { .. } => kernel.persistent = true,
                 ArgItem::Debug { .. } => kernel.debug = true,

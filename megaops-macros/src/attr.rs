@@ -7,6 +7,7 @@
 //!               | "smem" "=" expr                       // dynamic shared memory, bytes
 //!               | "tiles" "(" axis ("," axis)* ")"      // kernel-tile grid
 //!               | "input" "(" sync ")" | "output" "(" sync ")"
+//!               | "min_ctas" "=" expr                   // launch bounds: CTAs that must fit per SM
 //!               | "persistent" | "debug"
 //! axis         := IDENT "=" expr                        // axis name and extent (tiles)
 //! sync         := IDENT "[" expr,* "]" "=" "[" coord,* "]" ("," option)*
@@ -32,7 +33,7 @@ use syn::{Attribute, Expr, Ident, Token, Type, bracketed, parenthesized, token};
 
 /// The annotation keys `#[megaops::kernel(...)]` understands, for messages.
 pub const KEYS: &str =
-    "`block`, `smem`, `tiles(...)`, `input(...)`, `output(...)`, `persistent`, `debug`";
+    "`block`, `smem`, `tiles(...)`, `input(...)`, `output(...)`, `min_ctas`, `persistent`, `debug`";
 
 /// The parsed arguments of `#[megaops::kernel(...)]`, in the order written.
 #[derive(Default)]
@@ -68,6 +69,13 @@ pub enum ArgItem {
     },
     /// `input(...)` or `output(...)`.
     Sync(SyncDecl),
+    /// `min_ctas = N`: launch bounds (`.maxntid` from `block`, `.minnctapersm N`).
+    MinCtas {
+        /// The `min_ctas` keyword.
+        key: Ident,
+        /// CTAs per SM the register allocation must allow.
+        count: Expr,
+    },
     /// `persistent`.
     Persistent {
         /// The `persistent` keyword.
@@ -286,6 +294,10 @@ fn parse_item(input: ParseStream) -> syn::Result<ArgItem> {
             };
             let content = parens(input, &key, example)?;
             Ok(ArgItem::Sync(parse_sync(&content, role)?))
+        }
+        "min_ctas" => {
+            expect_eq(input, &key, "`min_ctas = CTAS_PER_SM`")?;
+            Ok(ArgItem::MinCtas { key, count: input.parse()? })
         }
         "persistent" => {
             expect_flag(input, &key)?;

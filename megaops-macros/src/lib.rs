@@ -73,6 +73,7 @@ use proc_macro2::TokenStream;
 ///     tiles(AXIS = EXTENT, ...),         // kernel-tile grid (default: derived, see below)
 ///     input(P[DIM, ...] = [COORD, ...]), // synchronised input P (a `*const T` parameter)
 ///     output(P[DIM, ...] = [COORD, ...] [, split = AXIS]), // synchronised output (`*mut T`)
+///     min_ctas = EXPR,                   // launch bounds: `.maxntid` (block) + `.minnctapersm`
 ///     persistent,                        // CTAs loop over kernel tiles
 ///     debug,                             // print the expansion to stderr when compiling
 /// )]
@@ -86,6 +87,12 @@ use proc_macro2::TokenStream;
 /// - `DIM`, `SIZE`, `EXTENT`, `block` and `smem` are expressions of the parameters and
 ///   the config constants, evaluated by the launcher on the host and (`DIM`, `SIZE`) by
 ///   the kernel on the device. More than one input is allowed.
+/// - **Launch bounds.** `min_ctas = N` asks ptxas to fit `N` CTAs per SM (`.maxntid` from
+///   `block`, `.minnctapersm N`), capping registers per thread the way CUDA's
+///   `__launch_bounds__(threads, N)` does. `block` and `min_ctas` must then be constant
+///   expressions of the config constants. (rustc cannot annotate a PTX entry, so the
+///   macro emits a marker static that the `megaops-build` linker turns into the
+///   directives.)
 /// - **Config constants.** Every `#[config]` defines the same names with the same types;
 ///   each becomes `const NAME: TYPE = VALUE;` at the top of every generated body and
 ///   launcher arm, so constants work as array lengths and in the annotation. The type is

@@ -176,6 +176,7 @@ fn check_duplicate_keys(k: &Kernel, cx: &mut Ctxt) {
             ArgItem::Block { key, .. }
             | ArgItem::Smem { key, .. }
             | ArgItem::Tiles { key, .. }
+            | ArgItem::MinCtas { key, .. }
             | ArgItem::Persistent { key }
             | ArgItem::Debug { key } => key,
             ArgItem::Sync(_) | ArgItem::Unknown { .. } => continue,

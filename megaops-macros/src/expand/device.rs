@@ -36,7 +36,10 @@ pub fn entries(plan: &Plan) -> TokenStream {
     let fns = k.configs.iter().enumerate().map(|(i, config)| {
         let body = body(plan, config_consts(config));
         let (entry, cpu) = (plan.entry_name(i), plan.cpu_name(i));
+        let bounds = launch_bounds(plan, i, config_consts(config));
         quote! {
+            #bounds
+
             #[cfg(target_arch = "nvptx64")]
             #[unsafe(no_mangle)]
             #[allow(non_snake_case, clippy::too_many_arguments)]
@@ -55,6 +58,34 @@ pub fn entries(plan: &Plan) -> TokenStream {
         }
     });
     quote!(#(#fns)*)
+}
+
+/// With `min_ctas = N`: a marker static `__megaops_launch_bounds__<entry> = [threads, N]`
+/// that the PTX linker of `megaops-build` turns into `.maxntid threads, 1, 1` and
+/// `.minnctapersm N` on the entry (rustc has no attribute for launch bounds). `block` and
+/// `min_ctas` must then be constant expressions of the config's constants.
+fn launch_bounds(plan: &Plan, i: usize, consts: TokenStream) -> TokenStream {
+    let Some(min) = &plan.k.min_ctas else { return TokenStream::new() };
+    let name = quote::format_ident!("__megaops_launch_bounds__{}", plan.entry_name(i));
+    let threads = match &plan.k.block {
+        Some(syn::Expr::Tuple(t)) => {
+            let dims = t.elems.iter();
+            quote!(1u32 #(* ((#dims) as u32))*)
+        }
+        Some(e) => quote!(((#e) as u32)),
+        None => quote!(0u32),
+    };
+    quote! {
+        #[cfg(target_arch = "nvptx64")]
+        #[unsafe(no_mangle)]
+        #[used]
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
+        pub static #name: [u32; 2] = {
+            #consts
+            [#threads, (#min) as u32]
+        };
+    }
 }
 
 /// The body of one config's entry.
