@@ -333,13 +333,17 @@ impl<'a> KernelLaunch<'a> {
         Ok(())
     }
 
-    /// Binds a plain pointer parameter (read-only).
-    pub fn ptr<T: DType>(&mut self, param: &str, x: &Tensor<T>) -> Result<u64> {
-        self.bind_plain(param, x, false)
+    /// Binds a plain pointer parameter (read-only) whose shape the kernel declared with
+    /// `tensor(p[...])`.
+    pub fn ptr<T: DType>(&mut self, param: &str, x: &Tensor<T>, shape: Option<&[u64]>) -> Result<u64> {
+        self.bind_plain(param, x, shape, false)
     }
 
-    fn bind_plain<T: DType>(&mut self, param: &str, x: &Tensor<T>, write: bool) -> Result<u64> {
+    fn bind_plain<T: DType>(&mut self, param: &str, x: &Tensor<T>, shape: Option<&[u64]>, write: bool) -> Result<u64> {
         self.check_device(param, x.device())?;
+        if let Some(shape) = shape {
+            self.check_shape(param, x.shape(), shape)?;
+        }
         self.buffers.push(x.buffer().clone());
         self.accesses.push(Access { buffer: x.buffer().clone(), write, synced: false });
         self.args.push(value_bytes(&x.addr()));
@@ -413,9 +417,9 @@ impl<'a> KernelLaunch<'a> {
         Ok((b.addr, b.sync))
     }
 
-    /// Binds a plain mutable pointer parameter.
-    pub fn ptr_mut<T: DType>(&mut self, param: &str, x: &mut Tensor<T>) -> Result<u64> {
-        self.bind_plain(param, x, true)
+    /// Binds a plain mutable pointer parameter with its declared shape.
+    pub fn ptr_mut<T: DType>(&mut self, param: &str, x: &mut Tensor<T>, shape: Option<&[u64]>) -> Result<u64> {
+        self.bind_plain(param, x, shape, true)
     }
 
     /// Checks geometry, builds the context, and submits to `target`. `cpu` is the

@@ -38,6 +38,10 @@ pub struct Kernel {
     pub persistent: bool,
     /// `min_ctas = ...` (first occurrence): launch bounds.
     pub min_ctas: Option<Expr>,
+    /// `tensor(p[dims])`: declared shapes of plain pointer parameters.
+    pub tensors: Vec<(Ident, Vec<Expr>)>,
+    /// `check(cond, "message")`: preconditions, in order.
+    pub checks: Vec<(Expr, syn::LitStr)>,
     /// `debug` given.
     pub debug: bool,
     /// The synchronised parameters, in annotation order.
@@ -179,6 +183,8 @@ impl Kernel {
             tiles: None,
             persistent: false,
             min_ctas: None,
+            tensors: Vec::new(),
+            checks: Vec::new(),
             debug: false,
             syncs: Vec::new(),
             configs: typed_configs(config_attrs),
@@ -204,6 +210,8 @@ impl Kernel {
                 ArgItem::Tiles { axes, .. } => {
                     kernel.tiles.get_or_insert_with(|| axes.clone());
                 }
+                ArgItem::Tensor { param, shape, .. } => kernel.tensors.push((param.clone(), shape.clone())),
+                ArgItem::Check { cond, message, .. } => kernel.checks.push((cond.clone(), message.clone())),
                 ArgItem::MinCtas { count, .. } => {
                     kernel.min_ctas.get_or_insert_with(|| count.clone());
                 }
@@ -305,8 +313,10 @@ impl Kernel {
     /// The parameters the annotation's expressions mention (`block`, `smem`, `tiles`,
     /// shapes, tile sizes): the device body may not use them otherwise.
     pub fn params_in_annotation(&self) -> Vec<&Ident> {
-        let mut exprs: Vec<&Expr> = self.block.iter().chain(&self.smem).collect();
+        let mut exprs: Vec<&Expr> = self.block.iter().chain(&self.smem).chain(&self.min_ctas).collect();
         exprs.extend(self.tiles.iter().flatten().map(|a| &a.extent));
+        exprs.extend(self.tensors.iter().flat_map(|(_, shape)| shape));
+        exprs.extend(self.checks.iter().map(|(c, _)| c));
         for s in &self.syncs {
             exprs.extend(&s.decl.shape);
             exprs.extend(s.decl.tile.iter().filter_map(|c| match c {

@@ -8,6 +8,8 @@
 //!               | "tiles" "(" axis ("," axis)* ")"      // kernel-tile grid
 //!               | "input" "(" sync ")" | "output" "(" sync ")"
 //!               | "min_ctas" "=" expr                   // launch bounds: CTAs that must fit per SM
+//!               | "tensor" "(" IDENT "[" expr,* "]" ")" // shape of a plain pointer parameter
+//!               | "check" "(" expr "," LIT-STR ")"      // a precondition the launcher checks
 //!               | "persistent" | "debug"
 //! axis         := IDENT "=" expr                        // axis name and extent (tiles)
 //! sync         := IDENT "[" expr,* "]" "=" "[" coord,* "]" ("," option)*
@@ -33,7 +35,7 @@ use syn::{Attribute, Expr, Ident, Token, Type, bracketed, parenthesized, token};
 
 /// The annotation keys `#[megaops::kernel(...)]` understands, for messages.
 pub const KEYS: &str =
-    "`block`, `smem`, `tiles(...)`, `input(...)`, `output(...)`, `min_ctas`, `persistent`, `debug`";
+    "`block`, `smem`, `tiles(...)`, `input(...)`, `output(...)`, `tensor(...)`, `check(...)`, `min_ctas`, `persistent`, `debug`";
 
 /// The parsed arguments of `#[megaops::kernel(...)]`, in the order written.
 #[derive(Default)]
@@ -75,6 +77,20 @@ pub enum ArgItem {
         key: Ident,
         /// CTAs per SM the register allocation must allow.
         count: Expr,
+    },
+    /// `tensor(p[dims])`: the shape of a plain (unsynchronised) pointer parameter.
+    Tensor {
+        /// The parameter.
+        param: Ident,
+        /// Its extent per dimension.
+        shape: Vec<Expr>,
+    },
+    /// `check(cond, "message")`: a precondition the launcher checks before launching.
+    Check {
+        /// A `bool` expression of parameters and config constants.
+        cond: Expr,
+        /// What to tell the caller when it is false.
+        message: syn::LitStr,
     },
     /// `persistent`.
     Persistent {
@@ -294,6 +310,30 @@ fn parse_item(input: ParseStream) -> syn::Result<ArgItem> {
             };
             let content = parens(input, &key, example)?;
             Ok(ArgItem::Sync(parse_sync(&content, role)?))
+        }
+        "tensor" => {
+            let content = parens(input, &key, "`tensor(w[n, k])`")?;
+            let param: Ident = content.parse()?;
+            if !content.peek(token::Bracket) {
+                return Err(syn::Error::new(
+                    param.span(),
+                    format!("expected the shape of `{param}` in brackets, e.g. `tensor({param}[n, k])`"),
+                ));
+            }
+            let dims;
+            bracketed!(dims in content);
+            let shape = Punctuated::<Expr, Token![,]>::parse_terminated(&dims)?;
+            Ok(ArgItem::Tensor { param, shape: shape.into_iter().collect() })
+        }
+        "check" => {
+            let content = parens(input, &key, "`check(k % 8 == 0, \"k must be a multiple of 8\")`")?;
+            let cond: Expr = content.parse()?;
+            content.parse::<Token![,]>()?;
+            let message: syn::LitStr = content.parse()?;
+            if content.peek(Token![,]) {
+                content.parse::<Token![,]>()?;
+            }
+            Ok(ArgItem::Check { cond, message })
         }
         "min_ctas" => {
             expect_eq(input, &key, "`min_ctas = CTAS_PER_SM`")?;

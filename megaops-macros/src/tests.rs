@@ -576,7 +576,7 @@ fn launcher_binds_in_signature_order() {
         arm,
         ".input::<bf16, ::megaops::__private::R2, _>(\"a\", a, &[(m) as u64, (k) as u64], &[::megaops::__private::TileDim::axis(0usize, (BM) as u64), ::megaops::__private::TileDim::WHOLE])?",
     );
-    let b = pos(arm, ".ptr(\"b\", b)?");
+    let b = pos(arm, ".ptr(\"b\", b, ::core::option::Option::None)?");
     let c = pos(
         arm,
         ".output::<bf16, ::megaops::__private::R2, _>(\"c\", c,",
@@ -688,7 +688,7 @@ fn without_configs_there_is_one_entry() {
         "{out}"
     );
     assert!(out.contains("pub mod fill"), "{out}");
-    assert!(out.contains(".ptr_mut(\"p\", p)?"), "{out}");
+    assert!(out.contains(".ptr_mut(\"p\", p, ::core::option::Option::None)?"), "{out}");
 }
 
 #[test]
@@ -742,5 +742,39 @@ fn parameters_only_the_annotation_uses_are_marked_used() {
     assert!(
         body.contains("#[allow(unused_variables)] let [i, ..] ="),
         "{body}"
+    );
+}
+
+#[test]
+fn declared_tensors_and_checks_are_checked_by_the_launcher() {
+    let attr = quote! {
+        block = 128,
+        input(a[m, k] = [pid_m: 64, _]),
+        output(c[m, n] = [pid_m: 64, pid_n: 64]),
+        tensor(b[n, k]),
+        check(k % 8 == 0, "k must be a multiple of 8"),
+    };
+    let out = expansion(attr, matmul_item());
+    assert!(out.contains(".ptr(\"b\", b, ::core::option::Option::Some(&[(n) as u64, (k) as u64]))?"), "{out}");
+    let check = pos(&out, "if ! (k % 8 == 0)");
+    assert!(check < pos(&out, "KernelLaunch::new"), "{out}");
+    assert!(out.contains("k must be a multiple of 8 (`k % 8 == 0`)"), "{out}");
+    assert_error(
+        quote!(block = 1, tiles(i = 1), tensor(z[4])),
+        quote!(
+            unsafe fn f(p: *const f32) {
+                let _ = p;
+            }
+        ),
+        "`z` is not a parameter of `f`",
+    );
+    assert_error(
+        quote!(block = 1, tiles(i = 1), tensor(n[4])),
+        quote!(
+            unsafe fn f(n: u32) {
+                let _ = n;
+            }
+        ),
+        "declares the shape of a pointer parameter; `n` is not one",
     );
 }

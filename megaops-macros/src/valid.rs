@@ -33,6 +33,36 @@ pub fn check(k: &Kernel, cx: &mut Ctxt) {
     check_name_clashes(k, &axes, cx);
     check_reads_and_writes(k, cx);
     check_prefetch(k, cx);
+    check_tensors(k, cx);
+}
+
+/// `tensor(p[...])` names a plain pointer parameter, once; and every plain pointer
+/// parameter has a declared shape, so that the launcher can check the tensor it is given
+/// (an unchecked pointer would let safe host code make the kernel read out of bounds).
+fn check_tensors(k: &Kernel, cx: &mut Ctxt) {
+    for (i, (param, shape)) in k.tensors.iter().enumerate() {
+        let Some(p) = k.params.iter().find(|p| p.name.as_ref() == Some(param)) else {
+            let params = names(k.params.iter().filter_map(|p| p.name.as_ref().map(Ident::to_string)));
+            cx.error_spanned_by(param, format!("`{param}` is not a parameter of `{}`; its parameters are {params}", k.name()));
+            continue;
+        };
+        if k.tensors[..i].iter().any(|(q, _)| q == param) {
+            cx.error_spanned_by(param, format!("the shape of `{param}` is declared twice; keep one `tensor(...)`"));
+        }
+        if k.syncs.iter().any(|s| s.name() == param) {
+            cx.error_spanned_by(
+                param,
+                format!("`{param}` already has its shape in its `input(...)`/`output(...)`; drop the `tensor(...)`"),
+            );
+        }
+        if !matches!(p.kind, ParamKind::ConstPtr(_) | ParamKind::MutPtr(_)) {
+            cx.error_spanned_by(param, format!("`tensor(...)` declares the shape of a pointer parameter; `{param}` is not one"));
+        }
+        if shape.is_empty() || shape.len() > 4 {
+            cx.error_spanned_by(param, format!("`{param}` needs 1 to 4 dimensions, not {}", shape.len()));
+        }
+    }
+
 }
 
 fn names(list: impl IntoIterator<Item = String>) -> String {
@@ -179,7 +209,7 @@ fn check_duplicate_keys(k: &Kernel, cx: &mut Ctxt) {
             | ArgItem::MinCtas { key, .. }
             | ArgItem::Persistent { key }
             | ArgItem::Debug { key } => key,
-            ArgItem::Sync(_) | ArgItem::Unknown { .. } => continue,
+            ArgItem::Sync(_) | ArgItem::Unknown { .. } | ArgItem::Tensor { .. } | ArgItem::Check { .. } => continue,
         };
         if !seen.insert(key.to_string()) {
             cx.error_spanned_by(key, format!("`{key}` is given twice; keep one"));

@@ -142,12 +142,22 @@ fn arm(plan: &Plan, i: usize) -> TokenStream {
         None => quote!(0u64),
     };
     let persistent = k.persistent.then(|| quote!(#l.persistent();));
+    let error = paths::error();
+    let checks = k.checks.iter().map(|(cond, message)| {
+        let text = format!("{} (`{}`)", message.value(), tokens_text(cond.to_token_stream()));
+        quote! {
+            if !(#cond) {
+                return ::core::result::Result::Err(#error::launch(#kernel, #text));
+            }
+        }
+    });
     let binds = k.params.iter().filter_map(|p| bind(plan, p, &l));
     let call_args = k.params.iter().filter_map(|p| call_arg(plan, p));
     let syncs = plan.syncs.iter().map(|s| &s.sync_ident);
     quote! {
         #i => {
             #consts
+            #(#checks)*
             let mut #l = #kernel_launch::new(#on.device(), #kernel, &crate::__MEGAOPS_PTX, #entry, #opts);
             #l.tiles(&[#(#extents),*])?;
             #l.block(#block)?;
@@ -200,15 +210,26 @@ fn bind(plan: &Plan, p: &Param, l: &syn::Ident) -> Option<TokenStream> {
             }
         }
         (None, ParamKind::ConstPtr(_)) => {
-            let addr = addr_of(name);
-            quote!(let #addr = #l.ptr(#label, #name)?;)
+            let (addr, shape) = (addr_of(name), declared_shape(plan, name));
+            quote!(let #addr = #l.ptr(#label, #name, #shape)?;)
         }
         (None, ParamKind::MutPtr(_)) => {
-            let addr = addr_of(name);
-            quote!(let #addr = #l.ptr_mut(#label, #name)?;)
+            let (addr, shape) = (addr_of(name), declared_shape(plan, name));
+            quote!(let #addr = #l.ptr_mut(#label, #name, #shape)?;)
         }
         (None, _) => quote!(#l.arg(#name);),
     })
+}
+
+/// `Some(&[dim as u64, ...])` from `tensor(name[...])`, or `None` if undeclared.
+fn declared_shape(plan: &Plan, name: &syn::Ident) -> TokenStream {
+    match plan.k.tensors.iter().find(|(p, _)| p == name) {
+        Some((_, dims)) => {
+            let dims = dims.iter().map(|e| cast(e, "u64"));
+            quote!(::core::option::Option::Some(&[#(#dims),*]))
+        }
+        None => quote!(::core::option::Option::None),
+    }
 }
 
 fn addr_of(name: &syn::Ident) -> syn::Ident {
