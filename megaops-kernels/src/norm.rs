@@ -23,7 +23,7 @@
 //! (`res_out` may be `res`, `y` may be `x`): every thread reads its elements before it
 //! writes them.
 
-use crate::attention::math::{pack8, rsqrt, unpack8};
+use crate::attention::math::{pack8, rsqrt, unpack8, unroll};
 use megaops::bf16;
 use megaops::device::memory::{ld_global_cg_v4_u32, ld_global_nc_v4_u32, st_global_v4_u32};
 use megaops::device::static_shared;
@@ -230,15 +230,16 @@ unsafe fn norm_row_vec<const THREADS: u32, const V: usize>(
     let step = THREADS as usize;
     let mut stash = [[0u32; 4]; V];
     let mut ss = 0.0f32;
-    // Pass 1: the first V vectors of each thread stay in registers, the rest are re-read.
-    for (v, slot) in stash.iter_mut().enumerate() {
+    // Pass 1: the first V vectors of each thread stay in registers (copies of the code
+    // per `v`, so the stash is never indexed at run time), the rest are re-read.
+    unroll!(V, max 8, |v| {
         let k = v * step + tid;
         if k < nvec {
             // SAFETY: k < nvec.
-            *slot = unsafe { load_sum(row, k) };
-            ss += sum_sq(*slot);
+            stash[v] = unsafe { load_sum(row, k) };
+            ss += sum_sq(stash[v]);
         }
-    }
+    });
     let mut k = V * step + tid;
     while k < nvec {
         // SAFETY: k < nvec.
@@ -247,13 +248,13 @@ unsafe fn norm_row_vec<const THREADS: u32, const V: usize>(
     }
     let rstd = rsqrt(block_sum::<THREADS>(ss) / h as f32 + eps);
     // Pass 2.
-    for (v, slot) in stash.iter().enumerate() {
+    unroll!(V, max 8, |v| {
         let k = v * step + tid;
         if k < nvec {
             // SAFETY: k < nvec.
-            unsafe { store_norm(*slot, w, y, k, rstd) };
+            unsafe { store_norm(stash[v], w, y, k, rstd) };
         }
-    }
+    });
     let mut k = V * step + tid;
     while k < nvec {
         // SAFETY: k < nvec; the sum at `res_out` was written by this thread in pass 1

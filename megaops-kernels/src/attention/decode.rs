@@ -92,24 +92,9 @@ pub unsafe fn decode_attention(
     }
     // SAFETY: pid_b < batch.
     let len = unsafe { *lens.add(pid_b as usize) }.min(max_seq);
-    let chunk = len.div_ceil(splits);
+    let chunk = len.div_ceil(splits.max(1));
     let start = (pid_s * chunk).min(len);
     let end = (start + chunk).min(len);
-    let job = Job {
-        b: pid_b,
-        h: pid_h,
-        s: pid_s,
-        hkv,
-        splits,
-        start,
-        end,
-        max_seq,
-    };
-    let ws = Workspace {
-        part_o,
-        part_ml,
-        counters,
-    };
     // SAFETY: the kernel contract; the caches were waited for by this statement (it
     // mentions them), q too.
     unsafe {
@@ -119,13 +104,17 @@ pub unsafe fn decode_attention(
             { U as usize },
             { (THREADS / 32) as usize },
             THREADS,
-        >(q, k_cache, v_cache, o, ws, job, scale)
+        >(
+            q, k_cache, v_cache, o, part_o, part_ml, counters, pid_b, pid_h, pid_s, hkv, splits,
+            start, end, max_seq, scale,
+        )
     };
 }
 
 /// The whole work of one CTA, kept out of line: the macro's body closure then stays
 /// small enough to be inlined into the entry (a closure that is not inlined passes its
-/// captures through local memory), and everything here lives in registers.
+/// captures through local memory), and everything here lives in registers. Scalars
+/// only: a struct argument would be passed through local memory.
 ///
 /// # Safety
 /// As for [`decode_attention`].
@@ -142,10 +131,34 @@ unsafe fn run_split<
     k_cache: *const bf16,
     v_cache: *const bf16,
     o: *mut bf16,
-    ws: Workspace,
-    job: Job,
+    part_o: *mut f32,
+    part_ml: *mut f32,
+    counters: *mut u32,
+    b: u32,
+    h: u32,
+    s: u32,
+    hkv: u32,
+    splits: u32,
+    start: u32,
+    end: u32,
+    max_seq: u32,
     scale: f32,
 ) {
+    let job = Job {
+        b,
+        h,
+        s,
+        hkv,
+        splits,
+        start,
+        end,
+        max_seq,
+    };
+    let ws = Workspace {
+        part_o,
+        part_ml,
+        counters,
+    };
     // SAFETY: the group's q columns of row b (kernel contract).
     let qf = unsafe { load_q::<D, G>(q, &job, scale * LOG2_E) };
     let row0 = job.b as usize * job.max_seq as usize * job.hkv as usize * D;

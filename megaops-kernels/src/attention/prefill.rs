@@ -76,22 +76,25 @@ pub unsafe fn prefill_attention(
     // `D / 16` as a run-time value (seq > 0 by contract): the `Q·Kᵀ` loop over D then stays
     // a loop, which keeps ptxas from hoisting every K fragment of the block at once.
     let ksteps = if seq > 0 { D / 16 } else { 0 };
-    let shape = Shape {
-        m,
-        seq,
-        start_pos,
-        max_seq,
-        hq,
-        hkv,
-        ksteps,
-        scale: scale * LOG2_E,
-    };
-    let tile = (pid_m * BM, pid_h);
+    let scale = scale * LOG2_E;
     // SAFETY: the kernel contract; this statement mentions q and the caches, so their
     // waits come before it.
     unsafe {
         run_tile::<{ D as usize }, { BN as usize }, { MT as usize }, { (THREADS / 32) as usize }>(
-            q, k_cache, v_cache, o, shape, tile,
+            q,
+            k_cache,
+            v_cache,
+            o,
+            m,
+            seq,
+            start_pos,
+            max_seq,
+            hq,
+            hkv,
+            ksteps,
+            scale,
+            pid_m * BM,
+            pid_h,
         )
     };
 }
@@ -160,19 +163,39 @@ unsafe fn load_tile<const D: usize>(
     }
 }
 
-/// One kernel tile, out of line (see `decode::run_split` for why).
+/// One kernel tile, out of line (see `decode::run_split` for why; scalar arguments
+/// only).
 ///
 /// # Safety
 /// As for [`prefill_attention`].
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn run_tile<const D: usize, const BN: usize, const MT: usize, const NW: usize>(
     q: *const bf16,
     k_cache: *const bf16,
     v_cache: *const bf16,
     o: *mut bf16,
-    sh: Shape,
-    (r0, head): (u32, u32),
+    m: u32,
+    seq: u32,
+    start_pos: u32,
+    max_seq: u32,
+    hq: u32,
+    hkv: u32,
+    ksteps: u32,
+    scale: f32,
+    r0: u32,
+    head: u32,
 ) {
+    let sh = Shape {
+        m,
+        seq,
+        start_pos,
+        max_seq,
+        hq,
+        hkv,
+        ksteps,
+        scale,
+    };
     let bm = NW * MT * 16;
     let smem = shared::dynamic::<u8>();
     let q_s = smem;
