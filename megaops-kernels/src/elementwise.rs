@@ -26,6 +26,7 @@ use megaops::device::thread::thread_idx_x;
     block = THREADS,
     input(ids[m] = [pid_m: BM]),
     output(y[m, h] = [pid_m: BM, _]),
+    tensor(table[vocab, h]),
 )]
 #[config(BM = 1, THREADS = 128)]
 #[config(BM = 8, THREADS = 256)]

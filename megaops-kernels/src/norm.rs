@@ -45,6 +45,8 @@ use megaops::device::warp::warp_reduce_sum_f32;
     block = THREADS,
     input(x[m, h] = [pid_m: BM, _]),
     output(y[m, h] = [pid_m: BM, _]),
+    tensor(w[h]),
+    check(h > 0, "the hidden size h must be positive"),
 )]
 #[config(BM = 1, THREADS = 256, V: usize = 4)]
 #[config(BM = 4, THREADS = 256, V: usize = 4)]
@@ -90,6 +92,8 @@ pub unsafe fn rmsnorm(x: *const bf16, w: *const bf16, y: *mut bf16, m: u32, h: u
     input(res[m, h] = [pid_m: BM, _]),
     output(y[m, h] = [pid_m: BM, _]),
     output(res_out[m, h] = [pid_m: BM, _]),
+    tensor(w[h]),
+    check(h > 0, "the hidden size h must be positive"),
 )]
 #[config(BM = 1, THREADS = 256, V: usize = 4)]
 #[config(BM = 4, THREADS = 256, V: usize = 4)]

@@ -41,7 +41,8 @@ pub const INTERLEAVED: u32 = 2;
 ///   (`positions[t]` is clamped to `max_pos - 1`; a slot `>= cache_rows` is not written);
 /// - `cos_sin`: `[max_pos, D]` f32 from [`RopeTable`]: per position `cos(p·θ_j)` for
 ///   `j < D/2`, then `sin(p·θ_j)`;
-/// - `q_norm`, `k_norm`: `[D]` bf16 (read only with [`QK_NORM`]; pass any tensor otherwise);
+/// - `q_norm`, `k_norm`: `[D]` bf16 (read only with [`QK_NORM`]; pass any `[D]` tensor
+///   otherwise);
 /// - `q_out`: `[m, hq·D]` bf16;
 /// - `k_cache`, `v_cache`: `[cache_rows, hkv·D]` bf16 (module docs).
 ///
@@ -68,6 +69,12 @@ pub const INTERLEAVED: u32 = 2;
     output(q_out[m, hq * D] = [pid_m: BM, _]),
     output(k_cache[cache_rows, hkv * D] = [_, _], split = pid_m),
     output(v_cache[cache_rows, hkv * D] = [_, _], split = pid_m),
+    tensor(positions[m]),
+    tensor(slots[m]),
+    tensor(cos_sin[max_pos, D]),
+    tensor(q_norm[D]),
+    tensor(k_norm[D]),
+    check(max_pos > 0, "the cos/sin table needs at least one position"),
 )]
 #[config(D = 128, BM = 1, THREADS = 256)]
 #[config(D = 128, BM = 4, THREADS = 256)]

@@ -270,6 +270,51 @@ fn config_tables_match_the_kernels() {
     assert_eq!(&order[12..], &[3, 4, 5]);
 }
 
+/// The launchers refuse what the kernels cannot serve, before anything runs.
+#[test]
+fn launchers_reject_mismatched_configs_and_workspaces() -> Result<()> {
+    let dev = cpu_device(1)?;
+    let s = Stream::new(&dev)?;
+    let (batch, hq, hkv, d, max_seq) = (2usize, 8usize, 2usize, 64usize, 16usize);
+    let rows = batch * max_seq;
+    let q = Tensor::<bf16>::zeros(&dev, &[batch, hq * d])?;
+    let kv = Tensor::<bf16>::zeros(&dev, &[rows, hkv * d])?;
+    let lens = Tensor::from_slice(&dev, &[batch], &[3u32, 4])?;
+    let mut o = Tensor::<bf16>::zeros(&dev, &[batch, hq * d])?;
+    let mut launch = |config: usize, ws: &mut DecodeWorkspace, splits: u32| {
+        decode_attention::launch_with(
+            &s,
+            &LaunchOptions::config(config),
+            &q,
+            &kv,
+            &kv,
+            &lens,
+            &mut ws.part_o,
+            &mut ws.part_ml,
+            &mut ws.counters,
+            &mut o,
+            batch as u32,
+            hq as u32,
+            hkv as u32,
+            max_seq as u32,
+            rows as u32,
+            splits,
+            0.125,
+        )
+    };
+    let mut ws = DecodeWorkspace::new(&dev, batch as u32, hq as u32, hkv as u32, d as u32, 2)?;
+    let wrong_g = decode::config_index(64, 2, 1).expect("config");
+    let err = launch(wrong_g, &mut ws, 2).expect_err("G = 2 config for hq / hkv = 4");
+    assert!(err.to_string().contains("config_index"), "{err}");
+    let right = decode::config_index(64, hq as u32, hkv as u32).expect("config");
+    assert!(
+        launch(right, &mut ws, 3).is_err(),
+        "workspace sized for 2 splits, launch asks for 3"
+    );
+    launch(right, &mut ws, 2)?;
+    s.synchronize()
+}
+
 #[test]
 fn decode_on_the_cpu_backend() -> Result<()> {
     let seed = fresh_seed("decode_on_the_cpu_backend");

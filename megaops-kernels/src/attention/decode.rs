@@ -48,7 +48,8 @@ use megaops::device::warp::{FULL_MASK, shfl_xor_sync};
 /// [`crate::rope::qk_norm_rope`], signals them as a whole), and signals the `G·D` output
 /// columns of its group with `split = pid_s`, so an output data tile is ready once all
 /// splits are in (the last one writes it). Configs: `D ∈ {128, 64}` × `G ∈ {1, 2, 4, 8}`,
-/// 128 threads; [`config_index`] picks one. The launch needs `hq == hkv·G`.
+/// 128 threads; [`config_index`] picks one (the launcher rejects a config whose `G` is not
+/// `hq / hkv`, and workspace tensors sized for another shape).
 ///
 /// # Safety
 /// Pointers valid for the shapes above; `splits >= 1`; `lens[b] <= max_seq` and
@@ -61,6 +62,13 @@ use megaops::device::warp::{FULL_MASK, shfl_xor_sync};
     input(k_cache[cache_rows, hkv * D] = [_, _]),
     input(v_cache[cache_rows, hkv * D] = [_, _]),
     output(o[batch, hq * D] = [pid_b: 1, pid_h: G * D], split = pid_s),
+    tensor(lens[batch]),
+    tensor(part_o[batch * hq * splits * D]),
+    tensor(part_ml[batch * hq * splits * 2]),
+    tensor(counters[batch * hkv]),
+    check(hq == hkv * G, "this tile config serves G = hq / hkv query heads per kv head: pick it with decode::config_index"),
+    check(splits >= 1, "splits must be at least 1"),
+    check(batch * max_seq <= cache_rows, "the caches need batch·max_seq rows"),
 )]
 #[config(D = 128, G = 1, U = 4, THREADS = 128)]
 #[config(D = 128, G = 2, U = 4, THREADS = 128)]
