@@ -53,8 +53,8 @@ use megaops::device::warp::{FULL_MASK, shfl_xor_sync};
     input(k_cache[cache_rows, hkv * D] = [_, _]),
     input(v_cache[cache_rows, hkv * D] = [_, _]),
     output(o[m, hq * D] = [pid_m: BM, pid_h: D]),
-    check(hkv > 0 && hq % hkv == 0, "hkv must divide hq"),
-    check(seq > 0 && m % seq == 0, "m must be batch·seq rows"),
+    check(hkv > 0 && hq.is_multiple_of(hkv), "hkv must divide hq"),
+    check(seq > 0 && m.is_multiple_of(seq), "m must be batch·seq rows"),
     check(start_pos + seq <= max_seq, "start_pos + seq must fit in max_seq"),
     check(m / seq * max_seq <= cache_rows, "the caches need batch·max_seq rows"),
 )]
