@@ -45,7 +45,9 @@ pub mod __private {
     pub use megaops_device::thread::{block_idx_x, grid_dim_x};
 
     #[cfg(not(target_arch = "nvptx64"))]
-    pub use megaops_host::launch::{AsInput, AsOutput, ConfigInfo, KernelLaunch, LaunchOptions, LaunchTarget, TileDim};
+    pub use megaops_host::launch::{
+        AsInput, AsOutput, ConfigInfo, Declared, KernelLaunch, LaunchOptions, LaunchTarget, TileDim,
+    };
     #[cfg(not(target_arch = "nvptx64"))]
     pub use megaops_host::{Error, PtxModule, Result, Tensor, R1, R2, R3, R4};
 }

@@ -22,7 +22,7 @@ use megaops::device::{memory, thread, warp};
 ///
 /// # Safety
 /// `data` is 16-byte aligned with `16 · vectors` readable bytes; `out` has `ctas` words.
-#[megaops::kernel(block = THREADS, tiles(pid = ctas))]
+#[megaops::kernel(block = THREADS, tiles(pid = ctas), scratch(data[vectors * 4]), scratch(out[ctas]))]
 #[config(THREADS = 256, U: usize = 8)]
 pub unsafe fn read_bandwidth(data: *const u32, out: *mut u32, vectors: u64, ctas: u32) {
     let tid = thread::linear_thread_idx() as u64;

@@ -79,6 +79,8 @@ pub fn key_index(key: u64) -> u32 {
     tiles(pid_m = m, pid_v = vocab.div_ceil(CHUNK)),
     input(logits[m, vocab] = [pid_m: 1, pid_v: CHUNK]),
     output(ids[m] = [pid_m: 1], split = pid_v),
+    scratch(partial[m * vocab.div_ceil(CHUNK) * 2]),
+    scratch(counters[m]),
 )]
 #[config(CHUNK = 8192, THREADS = 256)]
 #[config(CHUNK = 2048, THREADS = 128)]

@@ -38,8 +38,8 @@ pub struct Kernel {
     pub persistent: bool,
     /// `min_ctas = ...` (first occurrence): launch bounds.
     pub min_ctas: Option<Expr>,
-    /// `tensor(p[dims])`: declared shapes of plain pointer parameters.
-    pub tensors: Vec<(Ident, Vec<Expr>)>,
+    /// `tensor(p[dims])` / `scratch(p[len])`: declared shapes of plain pointer parameters.
+    pub tensors: Vec<TensorDecl>,
     /// `check(cond, "message")`: preconditions, in order.
     pub checks: Vec<(Expr, syn::LitStr)>,
     /// `debug` given.
@@ -50,6 +50,16 @@ pub struct Kernel {
     pub configs: Vec<Config>,
     /// The top-level statements of the body.
     pub stmts: Vec<BodyStmt>,
+}
+
+/// `tensor(p[dims])` or `scratch(p[len])`.
+pub struct TensorDecl {
+    /// The parameter.
+    pub param: Ident,
+    /// Dimensions (`scratch`: the minimum length).
+    pub shape: Vec<Expr>,
+    /// At least `shape[0]` elements, any shape.
+    pub scratch: bool,
 }
 
 /// One parameter of the kernel.
@@ -210,7 +220,11 @@ impl Kernel {
                 ArgItem::Tiles { axes, .. } => {
                     kernel.tiles.get_or_insert_with(|| axes.clone());
                 }
-                ArgItem::Tensor { param, shape, .. } => kernel.tensors.push((param.clone(), shape.clone())),
+                ArgItem::Tensor { param, shape, scratch } => kernel.tensors.push(TensorDecl {
+                    param: param.clone(),
+                    shape: shape.clone(),
+                    scratch: *scratch,
+                }),
                 ArgItem::Check { cond, message, .. } => kernel.checks.push((cond.clone(), message.clone())),
                 ArgItem::MinCtas { count, .. } => {
                     kernel.min_ctas.get_or_insert_with(|| count.clone());
@@ -315,7 +329,7 @@ impl Kernel {
     pub fn params_in_annotation(&self) -> Vec<&Ident> {
         let mut exprs: Vec<&Expr> = self.block.iter().chain(&self.smem).chain(&self.min_ctas).collect();
         exprs.extend(self.tiles.iter().flatten().map(|a| &a.extent));
-        exprs.extend(self.tensors.iter().flat_map(|(_, shape)| shape));
+        exprs.extend(self.tensors.iter().flat_map(|t| &t.shape));
         exprs.extend(self.checks.iter().map(|(c, _)| c));
         for s in &self.syncs {
             exprs.extend(&s.decl.shape);

@@ -9,6 +9,7 @@
 //!               | "input" "(" sync ")" | "output" "(" sync ")"
 //!               | "min_ctas" "=" expr                   // launch bounds: CTAs that must fit per SM
 //!               | "tensor" "(" IDENT "[" expr,* "]" ")" // shape of a plain pointer parameter
+//!               | "scratch" "(" IDENT "[" expr "]" ")"  // a workspace of at least expr elements
 //!               | "check" "(" expr "," LIT-STR ")"      // a precondition the launcher checks
 //!               | "persistent" | "debug"
 //! axis         := IDENT "=" expr                        // axis name and extent (tiles)
@@ -35,7 +36,7 @@ use syn::{Attribute, Expr, Ident, Token, Type, bracketed, parenthesized, token};
 
 /// The annotation keys `#[megaops::kernel(...)]` understands, for messages.
 pub const KEYS: &str =
-    "`block`, `smem`, `tiles(...)`, `input(...)`, `output(...)`, `tensor(...)`, `check(...)`, `min_ctas`, `persistent`, `debug`";
+    "`block`, `smem`, `tiles(...)`, `input(...)`, `output(...)`, `tensor(...)`, `scratch(...)`, `check(...)`, `min_ctas`, `persistent`, `debug`";
 
 /// The parsed arguments of `#[megaops::kernel(...)]`, in the order written.
 #[derive(Default)]
@@ -82,8 +83,10 @@ pub enum ArgItem {
     Tensor {
         /// The parameter.
         param: Ident,
-        /// Its extent per dimension.
+        /// Its extent per dimension (for `scratch`, one expression: the minimum length).
         shape: Vec<Expr>,
+        /// `scratch(...)`: any shape with at least `shape[0]` elements.
+        scratch: bool,
     },
     /// `check(cond, "message")`: a precondition the launcher checks before launching.
     Check {
@@ -311,8 +314,9 @@ fn parse_item(input: ParseStream) -> syn::Result<ArgItem> {
             let content = parens(input, &key, example)?;
             Ok(ArgItem::Sync(parse_sync(&content, role)?))
         }
-        "tensor" => {
-            let content = parens(input, &key, "`tensor(w[n, k])`")?;
+        "tensor" | "scratch" => {
+            let scratch = key == "scratch";
+            let content = parens(input, &key, if scratch { "`scratch(ws[m * n])`" } else { "`tensor(w[n, k])`" })?;
             let param: Ident = content.parse()?;
             if !content.peek(token::Bracket) {
                 return Err(syn::Error::new(
@@ -323,7 +327,14 @@ fn parse_item(input: ParseStream) -> syn::Result<ArgItem> {
             let dims;
             bracketed!(dims in content);
             let shape = Punctuated::<Expr, Token![,]>::parse_terminated(&dims)?;
-            Ok(ArgItem::Tensor { param, shape: shape.into_iter().collect() })
+            let shape: Vec<Expr> = shape.into_iter().collect();
+            if scratch && shape.len() != 1 {
+                return Err(syn::Error::new(
+                    param.span(),
+                    format!("`scratch({param}[LEN])` takes one length: the fewest elements `{param}` must hold"),
+                ));
+            }
+            Ok(ArgItem::Tensor { param, shape, scratch })
         }
         "check" => {
             let content = parens(input, &key, "`check(k % 8 == 0, \"k must be a multiple of 8\")`")?;

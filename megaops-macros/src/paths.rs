@@ -60,6 +60,8 @@ paths! {
     as_output => "AsOutput";
     /// Host: a plain device tensor.
     tensor => "Tensor";
+    /// Host: the declared shape of a plain pointer parameter.
+    declared => "Declared";
     /// Host: the runtime's error type.
     error => "Error";
     /// Host: `Result<T, Error>`.

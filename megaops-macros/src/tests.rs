@@ -755,7 +755,7 @@ fn declared_tensors_and_checks_are_checked_by_the_launcher() {
         check(k % 8 == 0, "k must be a multiple of 8"),
     };
     let out = expansion(attr, matmul_item());
-    assert!(out.contains(".ptr(\"b\", b, ::core::option::Option::Some(&[(n) as u64, (k) as u64]))?"), "{out}");
+    assert!(out.contains(".ptr(\"b\", b, ::core::option::Option::Some(::megaops::__private::Declared::Shape(&[(n) as u64, (k) as u64])))?"), "{out}");
     let check = pos(&out, "if ! (k % 8 == 0)");
     assert!(check < pos(&out, "KernelLaunch::new"), "{out}");
     assert!(out.contains("k must be a multiple of 8 (`k % 8 == 0`)"), "{out}");

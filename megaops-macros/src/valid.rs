@@ -40,13 +40,14 @@ pub fn check(k: &Kernel, cx: &mut Ctxt) {
 /// parameter has a declared shape, so that the launcher can check the tensor it is given
 /// (an unchecked pointer would let safe host code make the kernel read out of bounds).
 fn check_tensors(k: &Kernel, cx: &mut Ctxt) {
-    for (i, (param, shape)) in k.tensors.iter().enumerate() {
+    for (i, t) in k.tensors.iter().enumerate() {
+        let (param, shape) = (&t.param, &t.shape);
         let Some(p) = k.params.iter().find(|p| p.name.as_ref() == Some(param)) else {
             let params = names(k.params.iter().filter_map(|p| p.name.as_ref().map(Ident::to_string)));
             cx.error_spanned_by(param, format!("`{param}` is not a parameter of `{}`; its parameters are {params}", k.name()));
             continue;
         };
-        if k.tensors[..i].iter().any(|(q, _)| q == param) {
+        if k.tensors[..i].iter().any(|q| q.param == *param) {
             cx.error_spanned_by(param, format!("the shape of `{param}` is declared twice; keep one `tensor(...)`"));
         }
         if k.syncs.iter().any(|s| s.name() == param) {

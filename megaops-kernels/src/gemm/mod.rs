@@ -25,8 +25,7 @@
 //!
 //! Details in [`pipeline`].
 //!
-//! # Requirements (not checked by the generated launcher: call [`check_matmul`] /
-//! [`check_matmul_nn`] first)
+//! # Requirements (checked by the generated launchers before anything runs)
 //!
 //! - `A` is `[m, k]`, `C` is `[m, n]` (the launcher checks these two), `W` is `[n, k]`
 //!   (`B` is `[k, n]`), all row-major and contiguous;
@@ -105,6 +104,8 @@ macro_rules! config_tile {
     smem = (BM + BN) * BK * 2 * STAGES,
     input(a[m, k] = [pid_m: BM, _]),
     output(c[m, n] = [pid_m: BM, pid_n: BN]),
+    tensor(b[n, k]),
+    check(k % 8 == 0, "k must be a multiple of 8: rows of A and W are copied 16 bytes at a time"),
 )]
 #[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
 #[config(BM = 128, BN = 256, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256)]
@@ -151,6 +152,8 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
     smem = (BM + BN) * BK * 2 * STAGES,
     input(a[m, k] = [pid_m: BM, _]),
     output(c[m, n] = [pid_m: BM, pid_n: BN]),
+    tensor(b[k, n]),
+    check(k % 8 == 0 && n % 8 == 0, "k and n must be multiples of 8: rows of A and B are copied 16 bytes at a time"),
 )]
 #[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
 #[config(BM = 128, BN = 256, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256)]

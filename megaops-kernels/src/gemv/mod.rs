@@ -93,6 +93,7 @@ use megaops::bf16;
     smem = engine::smem_bytes(BN, WK, 1),
     input(x[m, k] = [_, _]),
     output(y[m, n] = [_, pid_n: BN]),
+    tensor(w[n, k]),
 )]
 #[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2)]
 #[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2)]
@@ -148,6 +149,9 @@ pub unsafe fn gemv(x: *const bf16, w: *const bf16, y: *mut bf16, m: u32, n: u32,
     tiles(pid_n = n.div_ceil(BN), pid_k = splits),
     input(x[m, k] = [_, _]),
     output(y[m, n] = [_, pid_n: BN], split = pid_k),
+    tensor(w[n, k]),
+    scratch(ws[splits * m * n]),
+    scratch(counters[n.div_ceil(BN)]),
 )]
 #[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2)]
 #[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2)]
@@ -218,6 +222,7 @@ pub unsafe fn gemv_splitk(
     smem = engine::smem_bytes(BN, WK, 2),
     input(x[m, k] = [_, _]),
     output(h[m, inter] = [_, pid_n: BN]),
+    tensor(w_gate_up[2 * inter, k]),
 )]
 #[config(BN = 64, WK = 1, U: usize = 2, PF: usize = 2)]
 #[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2)]
@@ -273,6 +278,9 @@ pub unsafe fn gate_up_silu(
     tiles(pid_n = inter.div_ceil(BN), pid_k = splits),
     input(x[m, k] = [_, _]),
     output(h[m, inter] = [_, pid_n: BN], split = pid_k),
+    tensor(w_gate_up[2 * inter, k]),
+    scratch(ws[splits * m * inter]),
+    scratch(counters[inter.div_ceil(BN)]),
 )]
 #[config(BN = 64, WK = 1, U: usize = 2, PF: usize = 2)]
 #[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2)]
@@ -331,6 +339,7 @@ pub unsafe fn gate_up_silu_splitk(
     smem = engine::smem_bytes(BN, WK, 1),
     input(x[m, k] = [_, _]),
     output(logits[m, vocab] = [_, pid_n: BN]),
+    tensor(w[vocab, k]),
 )]
 #[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2)]
 #[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2)]

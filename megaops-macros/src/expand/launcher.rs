@@ -221,12 +221,18 @@ fn bind(plan: &Plan, p: &Param, l: &syn::Ident) -> Option<TokenStream> {
     })
 }
 
-/// `Some(&[dim as u64, ...])` from `tensor(name[...])`, or `None` if undeclared.
+/// `Some(Declared::Shape(&[dim as u64, ...]))` from `tensor(name[...])`,
+/// `Some(Declared::AtLeast(len))` from `scratch(name[len])`, or `None` if undeclared.
 fn declared_shape(plan: &Plan, name: &syn::Ident) -> TokenStream {
-    match plan.k.tensors.iter().find(|(p, _)| p == name) {
-        Some((_, dims)) => {
-            let dims = dims.iter().map(|e| cast(e, "u64"));
-            quote!(::core::option::Option::Some(&[#(#dims),*]))
+    let declared = paths::declared();
+    match plan.k.tensors.iter().find(|t| t.param == *name) {
+        Some(t) if t.scratch => {
+            let len = t.shape.iter().map(|e| cast(e, "u64"));
+            quote!(::core::option::Option::Some(#declared::AtLeast(#(#len)*)))
+        }
+        Some(t) => {
+            let dims = t.shape.iter().map(|e| cast(e, "u64"));
+            quote!(::core::option::Option::Some(#declared::Shape(&[#(#dims),*])))
         }
         None => quote!(::core::option::Option::None),
     }
