@@ -16,6 +16,7 @@ fn matmul_attr() -> TokenStream {
         smem = (BM + BN) * BK * 2,
         input(a[m, k] = [pid_m: BM, _]),
         output(c[m, n] = [pid_m: BM, pid_n: BN]),
+        tensor(b[n, k]),
     }
 }
 
@@ -576,7 +577,7 @@ fn launcher_binds_in_signature_order() {
         arm,
         ".input::<bf16, ::megaops::__private::R2, _>(\"a\", a, &[(m) as u64, (k) as u64], &[::megaops::__private::TileDim::axis(0usize, (BM) as u64), ::megaops::__private::TileDim::WHOLE])?",
     );
-    let b = pos(arm, ".ptr(\"b\", b, ::core::option::Option::None)?");
+    let b = pos(arm, ".ptr(\"b\", b, ::core::option::Option::Some(::megaops::__private::Declared::Shape(&[(n) as u64, (k) as u64])))?");
     let c = pos(
         arm,
         ".output::<bf16, ::megaops::__private::R2, _>(\"c\", c,",
@@ -673,7 +674,7 @@ fn regions_cover_whole_dims_and_pad() {
 #[test]
 fn without_configs_there_is_one_entry() {
     let out = expansion(
-        quote!(block = (32, 4), tiles(i = n)),
+        quote!(block = (32, 4), tiles(i = n), scratch(p[n])),
         quote!(
             pub unsafe fn fill(p: *mut f32, n: u32) {
                 *p.add(i as usize) = 1.0;
@@ -688,7 +689,7 @@ fn without_configs_there_is_one_entry() {
         "{out}"
     );
     assert!(out.contains("pub mod fill"), "{out}");
-    assert!(out.contains(".ptr_mut(\"p\", p, ::core::option::Option::None)?"), "{out}");
+    assert!(out.contains(".ptr_mut(\"p\", p, ::core::option::Option::Some(::megaops::__private::Declared::AtLeast((n) as u64)))?"), "{out}");
 }
 
 #[test]
@@ -726,7 +727,7 @@ fn non_functions_are_refused() {
 #[test]
 fn parameters_only_the_annotation_uses_are_marked_used() {
     let out = expansion(
-        quote!(block = threads, smem = bytes, tiles(i = n)),
+        quote!(block = threads, smem = bytes, tiles(i = n), scratch(p[1])),
         quote!(
             unsafe fn k(p: *mut f32, n: u32, threads: u32, bytes: u32, v: f32) {
                 *p = v;
@@ -742,6 +743,19 @@ fn parameters_only_the_annotation_uses_are_marked_used() {
     assert!(
         body.contains("#[allow(unused_variables)] let [i, ..] ="),
         "{body}"
+    );
+}
+
+#[test]
+fn undeclared_pointer_shapes_are_an_error() {
+    assert_error(
+        quote!(block = 1, tiles(i = 1)),
+        quote!(
+            unsafe fn f(p: *const f32) {
+                let _ = p;
+            }
+        ),
+        "declare the shape of `p`, e.g. `tensor(p[n, k])`",
     );
 }
 

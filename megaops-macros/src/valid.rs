@@ -64,6 +64,20 @@ fn check_tensors(k: &Kernel, cx: &mut Ctxt) {
         }
     }
 
+    for p in &k.params {
+        let Some(name) = &p.name else { continue };
+        let plain_ptr = matches!(p.kind, ParamKind::ConstPtr(_) | ParamKind::MutPtr(_));
+        let declared = k.syncs.iter().any(|s| s.name() == name) || k.tensors.iter().any(|t| t.param == *name);
+        if plain_ptr && !declared {
+            cx.error_spanned_by(
+                &p.arg,
+                format!(
+                    "declare the shape of `{name}`, e.g. `tensor({name}[n, k])`: the launcher checks every tensor \
+                     against it, so that a wrong tensor is an error instead of an out-of-bounds access"
+                ),
+            );
+        }
+    }
 }
 
 fn names(list: impl IntoIterator<Item = String>) -> String {

@@ -1,5 +1,5 @@
 // Every #[config] defines the same constants, each once.
-#[megaops::kernel(block = THREADS, tiles(i = n.div_ceil(BM)))]
+#[megaops::kernel(scratch(p[1]), block = THREADS, tiles(i = n.div_ceil(BM)))]
 #[config(BM = 64, THREADS = 128)]
 #[config(BM = 128, THREADS = 256, STAGES = 3)]
 #[config(BM = 32)]

@@ -1,5 +1,5 @@
 // A constant's type is written or follows from its value, and is the same in every config.
-#[megaops::kernel(block = 128, tiles(i = n))]
+#[megaops::kernel(scratch(p[1]), block = 128, tiles(i = n))]
 #[config(SCALE = 0.5, BM = 64, LEN = len())]
 #[config(SCALE = 0.25, BM = 64usize, LEN = len())]
 pub unsafe fn scale(p: *mut f32, n: u32) {

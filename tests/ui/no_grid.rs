@@ -1,5 +1,5 @@
 // Without input/output (or with whole-dimension tiles only) the grid must be declared.
-#[megaops::kernel(block = 128)]
+#[megaops::kernel(scratch(p[1]), block = 128)]
 pub unsafe fn nothing(p: *mut f32) {
     unsafe { *p = 0.0 };
 }

@@ -1,5 +1,5 @@
 // Malformed annotation items: each is reported, and parsing continues with the next.
-#[megaops::kernel(
+#[megaops::kernel(scratch(a[1]), scratch(c[1]), 
     block,
     input(a[n] = [i]),
     output(c[n] [i: 64]),
@@ -11,7 +11,7 @@ pub unsafe fn f(a: *const f32, c: *mut f32, n: u32) {
     let _ = n;
 }
 
-#[megaops::kernel(block = 128, tiles(i = n))]
+#[megaops::kernel(scratch(p[1]), block = 128, tiles(i = n))]
 #[config(BM)]
 #[config = 3]
 pub unsafe fn g(p: *mut f32, n: u32) {

@@ -10,6 +10,8 @@ pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", 
     smem = (BM + BN) * BK * 2,
     input(a[m, k] = [pid_m: BM, _]),
     output(c[m, n] = [pid_m: BM, pid_n: BN]),
+    tensor(b[n, k]),
+    check(k % 8 == 0, "k must be a multiple of 8"),
 )]
 #[config(BM = 64, BN = 64, BK = 32, THREADS = 128)]
 #[config(BM = 128, BN = 128, BK = 32, THREADS = 256)]

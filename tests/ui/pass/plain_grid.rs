@@ -5,7 +5,7 @@ use megaops::{Stream, Tensor};
 pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[] };
 
 /// Fills `p[..n]` with `v`, 256 elements per CTA.
-#[megaops::kernel(block = 256, tiles(i = n.div_ceil(256)))]
+#[megaops::kernel(block = 256, tiles(i = n.div_ceil(256)), scratch(p[n]))]
 pub unsafe fn fill(p: *mut f32, n: u32, v: f32, scale: i64) {
     let idx = i * 256 + megaops::device::thread::thread_idx_x();
     if idx >= n {
