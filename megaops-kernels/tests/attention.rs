@@ -312,6 +312,8 @@ fn launchers_reject_mismatched_configs_and_workspaces() -> Result<()> {
         "workspace sized for 2 splits, launch asks for 3"
     );
     launch(right, &mut ws, 2)?;
+    // A workspace sized for more splits serves fewer.
+    launch(right, &mut ws, 1)?;
     s.synchronize()
 }
 

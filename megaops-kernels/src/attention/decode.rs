@@ -37,9 +37,10 @@ use megaops::device::warp::{FULL_MASK, shfl_xor_sync};
 ///   `b·max_seq ..` (the layout of [`crate::rope`]); positions `0..lens[b]` are read;
 /// - `lens`: `[batch]` u32, the number of cached positions of each sequence including
 ///   the new token (clamped to `max_seq`; 0 gives a zero output);
-/// - `part_o`: `[batch·hkv·splits·G·D]` f32, `part_ml`: `[batch·hkv·splits·G·2]` f32,
-///   `counters`: `[batch·hkv]` u32 zeroed once before the first launch (each launch leaves
-///   them zero) — see [`DecodeWorkspace`];
+/// - `part_o`: at least `batch·hkv·splits·G·D` f32, `part_ml`: at least
+///   `batch·hkv·splits·G·2` f32, `counters`: at least `batch·hkv` u32, zeroed once before
+///   the first launch (each launch leaves them zero) — see [`DecodeWorkspace`]; one
+///   workspace sized for the largest shape serves smaller launches;
 /// - `o`: `[batch, hq·D]` bf16, `o[b, j·D + i] = Σ_p softmax_p(scale · q_j·k_p) v_p[i]`
 ///   over the positions `p < lens[b]` of sequence `b`, kv head `j / G`.
 ///
@@ -63,9 +64,9 @@ use megaops::device::warp::{FULL_MASK, shfl_xor_sync};
     input(v_cache[cache_rows, hkv * D] = [_, _]),
     output(o[batch, hq * D] = [pid_b: 1, pid_h: G * D], split = pid_s),
     tensor(lens[batch]),
-    tensor(part_o[batch * hq * splits * D]),
-    tensor(part_ml[batch * hq * splits * 2]),
-    tensor(counters[batch * hkv]),
+    scratch(part_o[batch * hq * splits * D]),
+    scratch(part_ml[batch * hq * splits * 2]),
+    scratch(counters[batch * hkv]),
     check(hq == hkv * G, "this tile config serves G = hq / hkv query heads per kv head: pick it with decode::config_index"),
     check(splits >= 1, "splits must be at least 1"),
     check(batch * max_seq <= cache_rows, "the caches need batch·max_seq rows"),
