@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::CpuError;
+use super::stack::MAX_STACK_SIZE;
 
 /// Shape, limits and seed of a [`super::VirtualGpu`].
 ///
@@ -32,9 +33,20 @@ pub struct VgpuConfig {
     /// different streams, the SM a CTA is placed on and the order runnable threads resume
     /// in. The same seed and the same sequence of host calls give the same interleaving.
     pub seed: u64,
-    /// Stack size of one GPU thread's coroutine, in bytes (plus a guard page). Kernels keep
-    /// their local arrays here; overflowing it crashes the process (the guard page), so
-    /// raise it for kernels with large per-thread arrays.
+    /// Stack size of one GPU thread's coroutine, in bytes (rounded up to whole pages, at
+    /// most 1 GiB), plus one canary page below it. Kernels keep their local arrays here;
+    /// raise it for kernels with large per-thread arrays. Only the pages a thread touches
+    /// use memory.
+    ///
+    /// A thread that overflows its stack clobbers the canary, and the run stops with
+    /// [`CpuError::StackOverflow`] naming the kernel, block and thread. The canary is
+    /// checked after every resume: the stack pointer of a suspension and the canary's top
+    /// line always, the whole page when the thread exits in builds with debug assertions
+    /// (release builds can miss a frame that reaches into the canary page without writing
+    /// its top line and returns before the thread suspends). Stacks are slots of large
+    /// shared mappings with a guard region only at each mapping's low end: an overflow so
+    /// large that it runs through every stack below it in its mapping still crashes the
+    /// process there.
     pub stack_size: usize,
     /// Most consecutive sub-rounds one CTA runs before the next CTA gets its turn; each
     /// turn's length is drawn by the seed from `1..=cta_slice`. 1 interleaves CTAs most
@@ -95,6 +107,9 @@ impl VgpuConfig {
         if self.max_smem_per_cta > self.smem_per_sm {
             return bad("max_smem_per_cta exceeds smem_per_sm: no CTA of that size fits an SM");
         }
+        if self.stack_size > MAX_STACK_SIZE {
+            return bad("stack_size must be at most 1 GiB");
+        }
         if self.cta_slice == 0 {
             return bad("cta_slice must be at least 1");
         }
@@ -105,7 +120,7 @@ impl VgpuConfig {
     }
 
     /// Most threads that can be resident at once (`sms × max_threads_per_sm`), which also
-    /// bounds the number of coroutine stacks the virtual GPU ever allocates.
+    /// bounds the number of coroutine stacks in use at once.
     pub fn max_resident_threads(&self) -> u64 {
         self.sms as u64 * self.max_threads_per_sm as u64
     }

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use super::barrier::Barriers;
 use super::shared::CtaSharedMemory;
 use super::stack::StackPool;
-use super::thread::{CurrentGuard, ThreadCoroutine, ThreadCtx};
+use super::thread::{self, CurrentGuard, ThreadCoroutine, ThreadCtx};
 use super::vgpu::KernelEntry;
 use super::warp::Warps;
 use crate::Dim3;
@@ -118,13 +118,11 @@ impl Cta {
     }
 
     /// Unwinds every started, unfinished thread (running its destructors) and returns the
-    /// stacks to `pool`.
+    /// stacks to `pool`; leaks those on a quarantined stack chunk instead.
     pub(crate) fn discard(&mut self, pool: &mut StackPool) {
         for (i, slot) in self.slots.iter_mut().enumerate() {
-            if let Some(mut co) = slot.co.take() {
-                let _current = CurrentGuard::enter(&self.info, i as u32);
-                co.force_unwind();
-                pool.put(co.into_stack());
+            if let Some(co) = slot.co.take() {
+                thread::discard(co, &self.info, i as u32, pool);
             }
             slot.state = ThreadState::Exited;
         }
@@ -133,8 +131,9 @@ impl Cta {
 
 impl Drop for Cta {
     fn drop(&mut self) {
-        // Normally every coroutine has been taken (finished or discarded) by now; unwind
-        // any left, with the thread current, before its stack is freed.
+        // Normally every coroutine has been taken (finished or discarded through the
+        // stack pool, which leaks those on a quarantined chunk) by now; unwind any left,
+        // with the thread current, before its stack is freed.
         for (i, slot) in self.slots.iter_mut().enumerate() {
             if let Some(mut co) = slot.co.take() {
                 let _current = CurrentGuard::enter(&self.info, i as u32);

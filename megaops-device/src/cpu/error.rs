@@ -8,9 +8,10 @@ use crate::Dim3;
 
 /// Why a virtual-GPU call failed.
 ///
-/// Errors from a run ([`Self::KernelPanic`], [`Self::IllegalSync`],
-/// [`Self::HostOpPanic`], [`Self::Deadlock`], [`Self::Hang`], [`Self::Resource`]) discard
-/// all pending work of the virtual GPU, which then accepts new work.
+/// Errors from a run ([`Self::KernelPanic`], [`Self::StackOverflow`],
+/// [`Self::IllegalSync`], [`Self::HostOpPanic`], [`Self::Deadlock`], [`Self::Hang`],
+/// [`Self::Resource`]) discard all pending work of the virtual GPU, which then accepts new
+/// work.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CpuError {
@@ -33,6 +34,20 @@ pub enum CpuError {
         thread: Dim3,
         /// The panic message.
         message: String,
+    },
+    /// A kernel thread overflowed its coroutine stack ([`super::VgpuConfig::stack_size`]):
+    /// its local arrays and calls need more. Detected by the canary below every stack
+    /// (see [`super::VgpuConfig::stack_size`]); the threads whose stacks it may have
+    /// clobbered are leaked rather than run again.
+    StackOverflow {
+        /// Kernel name.
+        kernel: String,
+        /// Block index of the thread.
+        block: Dim3,
+        /// Thread index.
+        thread: Dim3,
+        /// The stack size it overflowed, in bytes.
+        stack_size: usize,
     },
     /// A kernel misused a barrier or warp collective in a way that can never complete
     /// (a lane exited while others wait for it in `warp_exchange`, mismatched barrier
@@ -76,6 +91,14 @@ impl fmt::Display for CpuError {
                 "kernel `{kernel}` panicked in block {}, thread {}: {message}",
                 Xyz(*block),
                 Xyz(*thread)
+            ),
+            CpuError::StackOverflow { kernel, block, thread, stack_size } => write!(
+                f,
+                "kernel `{kernel}`, block {}, thread {}: stack overflow in a kernel thread: raise \
+                 VgpuConfig::stack_size (now {} KiB)",
+                Xyz(*block),
+                Xyz(*thread),
+                stack_size / 1024
             ),
             CpuError::IllegalSync { kernel, block, thread, message } => write!(
                 f,

@@ -30,11 +30,16 @@
 //! different seeds explore different legal ones (kernel order across streams, SM choice,
 //! thread order).
 //!
+//! Coroutine stacks are slots of a few large mappings (two kernel VMAs per mapping, not
+//! per thread), each with a canary page below it: a thread that overflows its stack
+//! ([`VgpuConfig::stack_size`]) stops the run with [`CpuError::StackOverflow`].
+//!
 //! Limits of the emulation: a loop that calls no hook cannot be interrupted (only spins
-//! through atomics, `nanosleep` or the sync runtime are); a kernel thread that overflows
-//! its stack ([`VgpuConfig::stack_size`]) crashes the process; static shared memory does
-//! not count towards an SM's shared-memory limit; kernels need `panic = "unwind"` for
-//! panics to become errors.
+//! through atomics, `nanosleep` or the sync runtime are); a stack overflow large enough to
+//! run through every stack below it in its mapping crashes the process, and in release
+//! builds one that only grazes the canary between two suspensions can go unreported (see
+//! [`VgpuConfig::stack_size`]); static shared memory does not count towards an SM's
+//! shared-memory limit; kernels need `panic = "unwind"` for panics to become errors.
 
 mod barrier;
 mod config;

@@ -80,11 +80,24 @@ pub(crate) struct Engine {
 // SAFETY: an `Engine` holds coroutines (their stacks), `Rc`s and raw pointers that are
 // only ever touched by the host thread that holds the `Mutex<Engine>` of its
 // `VirtualGpu`; none of them is shared with anything outside the engine (the `Rc`s are
-// shared only among the engine's own CTAs and coroutines). Moving the engine to another
-// host thread between runs is therefore sound, provided kernels keep no host
-// thread-local state across hooks (documented on `thread`); the kernel entries
+// shared only among the engine's own CTAs, coroutines, stacks and stack pool). Moving the
+// engine to another host thread between runs is therefore sound, provided kernels keep no
+// host thread-local state across hooks (documented on `thread`); the kernel entries
 // themselves are `Send + Sync`.
 unsafe impl Send for Engine {}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Unwind every thread still resident (work left by a `synchronize_stream` or
+        // `synchronize_event`) through the stack pool, which leaks those on a quarantined
+        // stack chunk instead, before the pool goes.
+        for slot in &mut self.ctas {
+            if let Some(mut cta) = slot.take() {
+                cta.discard(&mut self.stacks);
+            }
+        }
+    }
+}
 
 impl Engine {
     pub(crate) fn new(cfg: VgpuConfig) -> Self {
@@ -95,7 +108,7 @@ impl Engine {
             free: Vec::new(),
             order: Vec::new(),
             waiters: Waiters::new(),
-            stacks: StackPool::new(cfg.stack_size),
+            stacks: StackPool::new(cfg.stack_size, cfg.max_resident_threads()),
             clock: Rc::new(Cell::new(0)),
             finished_kernels: Vec::new(),
             stats: VgpuStats::default(),
@@ -356,14 +369,43 @@ impl Engine {
         self.idle_switches += 1;
         self.clock
             .set(self.clock.get().wrapping_add(self.cfg.switch_ns));
+        // Check the stack before anything else runs (see `stack`): after a suspension, and
+        // as an exited thread's stack goes back to the pool. An overflow stops the run.
         match result {
-            CoroutineResult::Yield(request) => self.on_request(r, request),
+            CoroutineResult::Yield(request) => {
+                let ctx = &cta.info.threads[r.thread as usize];
+                // SAFETY: the thread's coroutine is in `slot.co`, alive and suspended.
+                if !unsafe { ctx.stack_intact_at_suspend() } {
+                    if let Some(co) = slot.co.take() {
+                        thread::leak(co, ctx.stack_floor(), &mut self.stacks);
+                    }
+                    return Err(self.stack_overflow(r));
+                }
+                self.on_request(r, request)
+            }
             CoroutineResult::Return(exit) => {
-                if let Some(co) = slot.co.take() {
-                    self.stacks.put(co.into_stack());
+                if let Some(co) = slot.co.take()
+                    && !self.stacks.put(co.into_stack())
+                {
+                    return Err(self.stack_overflow(r));
                 }
                 self.on_exit(r, exit)
             }
+        }
+    }
+
+    /// The error for thread `r`, whose stack overflowed (its chunk is quarantined by now).
+    fn stack_overflow(&self, r: ThreadRef) -> CpuError {
+        let Some(Some(cta)) = self.ctas.get(r.cta as usize) else {
+            return CpuError::Resource(
+                "stack overflow in a kernel thread of a finished CTA".into(),
+            );
+        };
+        CpuError::StackOverflow {
+            kernel: kernel_name(&self.dispatch, cta.seq),
+            block: cta.info.block_idx,
+            thread: cta.info.threads[r.thread as usize].tid,
+            stack_size: self.cfg.stack_size,
         }
     }
 

@@ -17,11 +17,11 @@ use std::panic::{self, AssertUnwindSafe};
 use std::ptr;
 use std::rc::Rc;
 
-use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, Yielder};
 
 use super::cta::CtaInfo;
 use super::hooks::BarrierReduce;
+use super::stack::{self, ArenaStack, StackPool};
 use super::vgpu::KernelEntry;
 use crate::Dim3;
 use crate::sync::WaitSite;
@@ -52,13 +52,17 @@ pub(crate) enum Request {
 pub(crate) type ThreadExit = Result<(), String>;
 
 /// The coroutine of one GPU thread.
-pub(crate) type ThreadCoroutine = Coroutine<(), Request, ThreadExit, DefaultStack>;
+pub(crate) type ThreadCoroutine = Coroutine<(), Request, ThreadExit, ArenaStack>;
 
 /// Per-thread state the hooks read, shared between the coroutine and the scheduler
 /// (interior mutability only; never borrowed mutably).
 pub(crate) struct ThreadCtx {
     pub(crate) tid: Dim3,
     yielder: Cell<*const Yielder<(), Request>>,
+    /// Stack pointer of the thread's last suspension (0: none yet).
+    sp: Cell<usize>,
+    /// The lowest address its stack may use (the top of the stack's canary; 0: no stack).
+    floor: Cell<usize>,
     reduce: Cell<BarrierReduce>,
     exchange: Cell<Option<Rc<[MaybeUninit<u8>]>>>,
 }
@@ -68,6 +72,8 @@ impl ThreadCtx {
         ThreadCtx {
             tid,
             yielder: Cell::new(ptr::null()),
+            sp: Cell::new(0),
+            floor: Cell::new(0),
             reduce: Cell::new(BarrierReduce {
                 count: 0,
                 all: true,
@@ -86,11 +92,35 @@ impl ThreadCtx {
             !yielder.is_null(),
             "megaops cpu backend: a thread suspended before its coroutine started"
         );
+        // Where the stack stands, for the scheduler's overflow check (a local's address: the
+        // suspension itself goes only a few words deeper).
+        let here = 0u8;
+        self.sp
+            .set(std::hint::black_box(&here) as *const u8 as usize);
         // SAFETY: the coroutine body stores its `Yielder` here before running the entry;
         // the `Yielder` lives at the base of the coroutine's stack for the coroutine's
         // whole life, and this runs on that coroutine (the scheduler only makes a thread
         // `CURRENT` while resuming its own coroutine).
         unsafe { (*yielder).suspend(request) }
+    }
+
+    /// Whether the thread's stack looks intact after a suspension: the suspending frame
+    /// lies above the stack's floor and the top line of its canary is intact (see
+    /// [`super::stack`]).
+    ///
+    /// # Safety
+    /// The thread's coroutine (which owns its stack) is alive and suspended.
+    pub(crate) unsafe fn stack_intact_at_suspend(&self) -> bool {
+        let floor = self.floor.get();
+        // SAFETY: `floor` is the floor of the stack the thread's coroutine owns (set by
+        // `spawn`), alive and suspended by the caller's contract; the scheduler, the only
+        // caller, runs no coroutine while checking.
+        self.sp.get() >= floor && unsafe { stack::canary_top_intact(floor) }
+    }
+
+    /// The floor of the thread's stack (0: it never ran).
+    pub(crate) fn stack_floor(&self) -> usize {
+        self.floor.get()
     }
 
     /// Stores the `bar.red` result for this thread.
@@ -195,17 +225,44 @@ impl Drop for SchedulingGuard {
 /// The coroutine of thread `thread` of `cta`, running `entry` on `stack`. A panic in the
 /// entry is caught and becomes the coroutine's `Err` result.
 pub(crate) fn spawn(
-    stack: DefaultStack,
+    stack: ArenaStack,
     cta: Rc<CtaInfo>,
     thread: u32,
     entry: KernelEntry,
 ) -> ThreadCoroutine {
+    let ctx = &cta.threads[thread as usize];
+    ctx.floor.set(stack.floor());
+    ctx.sp.set(0);
     Coroutine::with_stack(stack, move |yielder: &Yielder<(), Request>, ()| {
         cta.threads[thread as usize].yielder.set(yielder);
         // A forced unwind (the thread being discarded) is caught here too; its result is
         // then ignored by corosensei.
         panic::catch_unwind(AssertUnwindSafe(|| entry())).map_err(|p| panic_message(p.as_ref()))
     })
+}
+
+/// Unwinds thread `thread` of `cta` if it is suspended (running its destructors, with it
+/// current) and returns its stack to `pool` — or, when its stack's chunk is quarantined
+/// after an overflow, leaks it without running it again (see [`super::stack`]).
+pub(crate) fn discard(mut co: ThreadCoroutine, cta: &CtaInfo, thread: u32, pool: &mut StackPool) {
+    let floor = cta.threads[thread as usize].stack_floor();
+    if pool.poisoned_at(floor) {
+        leak(co, floor, pool);
+        return;
+    }
+    {
+        let _current = CurrentGuard::enter(cta, thread);
+        co.force_unwind();
+    }
+    // A clobbered canary quarantines the chunk; the run is being discarded anyway.
+    pool.put(co.into_stack());
+}
+
+/// Leaks a thread's coroutine, whose stack (with floor `floor`) may be clobbered, without
+/// running it again, and quarantines the stack's chunk.
+pub(crate) fn leak(co: ThreadCoroutine, floor: usize, pool: &mut StackPool) {
+    pool.abandon(floor);
+    std::mem::forget(co);
 }
 
 /// The message of a panic payload.

@@ -81,7 +81,8 @@ pub struct VgpuStats {
     pub switches: u64,
     /// Wall-clock time spent in the scheduler.
     pub busy: Duration,
-    /// Coroutine stacks allocated (bounded by [`VgpuConfig::max_resident_threads`]).
+    /// Coroutine stacks allocated: bounded by [`VgpuConfig::max_resident_threads`], plus
+    /// the stacks abandoned after a [`CpuError::StackOverflow`].
     pub stacks: u64,
     /// The virtual clock ([`super::hooks::global_timer_ns`]) in nanoseconds.
     pub virtual_ns: u64,
