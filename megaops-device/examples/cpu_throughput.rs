@@ -5,6 +5,9 @@
 //! Three workloads, each run twice on one virtual GPU (the first run also allocates the
 //! coroutine stacks; the second reuses them): barrier-heavy CTAs, warp-shuffle reductions,
 //! and a producer/consumer pair overlapped on two streams through per-tile semaphores.
+//!
+//! Rates are per second of scheduler time (wall clock) and, less sensitive to other
+//! processes on a shared host, per second of the scheduling thread's CPU time.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
@@ -18,18 +21,19 @@ fn tid() -> u32 {
     hooks::thread_idx().x
 }
 
-fn report(name: &str, before: VgpuStats, after: VgpuStats, wall: f64) {
+fn report(name: &str, before: VgpuStats, after: VgpuStats, wall: f64, cpu: f64) {
     let switches = after.switches - before.switches;
     let threads = after.threads - before.threads;
     let ctas = after.ctas - before.ctas;
     let busy = (after.busy - before.busy).as_secs_f64();
     println!(
         "{name:<34} {ctas:>6} CTAs {threads:>8} threads {switches:>9} switches in {:>7.1} ms: \
-         {:>6.2} M switches/s, {:>6.2} M threads/s, {:>8.0} CTAs/s",
+         {:>6.2} M switches/s, {:>6.2} M threads/s, {:>8.0} CTAs/s; {:>6.2} M switches/CPU-s",
         wall * 1e3,
         switches as f64 / busy / 1e6,
         threads as f64 / busy / 1e6,
         ctas as f64 / busy,
+        switches as f64 / cpu / 1e6,
     );
 }
 
@@ -37,15 +41,32 @@ fn run(gpu: &VirtualGpu, name: &str, submit: &dyn Fn(&VirtualGpu)) {
     for pass in ["first", "again"] {
         let before = gpu.stats();
         let t0 = Instant::now();
+        let cpu0 = thread_cpu_time();
         submit(gpu);
         gpu.synchronize().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let cpu = thread_cpu_time() - cpu0;
         report(
             &format!("{name} ({pass})"),
             before,
             gpu.stats(),
             t0.elapsed().as_secs_f64(),
+            cpu,
         );
     }
+}
+
+/// CPU time of the calling thread in seconds (the scheduler runs on it).
+fn thread_cpu_time() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable `timespec`; the clock id is a constant.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return f64::NAN;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 fn main() {
@@ -185,7 +206,8 @@ fn main() {
 
     let st = gpu.stats();
     println!(
-        "total: {} kernels, {} CTAs, {} threads, {} switches, {} stacks, {:?} busy: {:.2} M switches/s; peak RSS {}",
+        "total: {} kernels, {} CTAs, {} threads, {} switches, {} stacks, {:?} busy: {:.2} M switches/s; peak RSS {}; \
+         {} memory mappings",
         st.kernels,
         st.ctas,
         st.threads,
@@ -193,8 +215,16 @@ fn main() {
         st.stacks,
         st.busy,
         st.switches_per_second() / 1e6,
-        peak_rss()
+        peak_rss(),
+        mappings()
     );
+}
+
+/// Memory mappings (kernel VMAs) of this process (Linux), for the `vm.max_map_count`
+/// budget the coroutine stacks draw on.
+fn mappings() -> String {
+    std::fs::read_to_string("/proc/self/maps")
+        .map_or_else(|_| "unknown".to_string(), |s| s.lines().count().to_string())
 }
 
 /// Peak resident set size of this process (Linux), for the memory bound of the stacks.
