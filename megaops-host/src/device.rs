@@ -62,7 +62,7 @@ impl Device {
 
     /// The CPU backend with the given virtual-GPU configuration.
     pub fn cpu(config: VgpuConfig) -> Result<Device> {
-        Device::from_backend(DeviceBackend::Cpu(CpuDevice::new(config)))
+        Device::from_backend(DeviceBackend::Cpu(CpuDevice::new(config)?))
     }
 
     /// GPU 0 if there is one, otherwise the CPU backend; when it falls back, it says why

@@ -15,8 +15,10 @@ pub(crate) struct CpuDevice {
 }
 
 impl CpuDevice {
-    pub fn new(config: VgpuConfig) -> Self {
-        CpuDevice { vgpu: VirtualGpu::new(config) }
+    /// A virtual GPU of shape `config`; an invalid configuration is an error, not a panic.
+    pub fn new(config: VgpuConfig) -> Result<Self> {
+        let vgpu = VirtualGpu::try_new(config).map_err(|e| Error::Cpu(e.to_string()))?;
+        Ok(CpuDevice { vgpu })
     }
 
     /// Allocates zeroed host memory standing in for device memory.
