@@ -36,7 +36,7 @@ use super::report::{
     ThreadWait,
 };
 use super::rng::Rng;
-use super::stack::StackPool;
+use super::stack::{self, StackPool};
 use super::stream::{Goal, Queues, Started};
 use super::thread::{self, CurrentGuard, Request, ThreadExit};
 use super::vgpu::VgpuStats;
@@ -361,6 +361,9 @@ impl Engine {
                 ))
             }
         };
+        // The check after the resume reads a line the thread never touches: fetch it while
+        // the thread runs.
+        stack::prefetch_canary_top(cta.info.threads[r.thread as usize].stack_floor());
         let result = {
             let _current = CurrentGuard::enter(&cta.info, r.thread);
             co.resume(())

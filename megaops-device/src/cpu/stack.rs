@@ -25,7 +25,9 @@
 //!   floor and that the canary's top cache line (the first one contiguous growth reaches)
 //!   is intact; when the thread exits or is discarded and its stack goes back to the
 //!   pool, the top line again — and, in builds with debug assertions (tests), the whole
-//!   page. A clobbered canary becomes [`super::CpuError::StackOverflow`].
+//!   page. A clobbered canary becomes [`super::CpuError::StackOverflow`]. The scheduler
+//!   prefetches the top line as it resumes the thread, so the check rarely waits for
+//!   memory.
 //! - **What the cheap checks can miss.** A frame that reaches into the canary page, writes
 //!   neither the page's top line nor below the floor while the thread is suspended, and
 //!   returns before the thread next suspends: e.g. a large local array, probed but only
@@ -208,6 +210,22 @@ pub(crate) unsafe fn canary_top_intact(floor: usize) -> bool {
     // SAFETY: the caller's contract; a canary page holds far more than `TOP_WORDS` words.
     let top = unsafe { canary_words(floor, TOP_WORDS) };
     top.iter().all(|&w| w == CANARY)
+}
+
+/// Starts loading the canary's top line (below `floor`) into the cache, so that the check
+/// after the thread's next suspension does not wait for memory: the canary is the one
+/// line of a stack that the thread itself never touches. A hint; any address will do.
+#[inline(always)]
+pub(crate) fn prefetch_canary_top(floor: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `_mm_prefetch` needs SSE, which every x86-64 CPU has; a prefetch is only a
+    // hint to the cache and never faults, whatever the address.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_T0>(floor.wrapping_sub(TOP_WORDS * 8) as *const i8);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = floor;
 }
 
 /// A coroutine stack: one slot of a chunk, `[limit, base)`, whose lowest page is its
