@@ -213,11 +213,11 @@ impl<
     }
 
     /// Copies rows `first..first + ROWS` (clipped to `limit`) × k-tile `kt` of a row-major
-    /// `[_, k]` matrix into a K-contiguous tile at byte `tile` of shared memory.
+    /// `[_, k]` matrix into a K-contiguous tile at byte `tile` of shared memory
+    /// ([`copy_k_rows`]).
     ///
     /// # Safety
-    /// `src` is a 16-byte aligned `[limit, k]` row-major bf16 matrix with `k % 8 == 0`;
-    /// nobody reads the destination stage until a `cp.async` wait and a barrier.
+    /// As for [`copy_k_rows`].
     #[inline(always)]
     unsafe fn copy_k_rows<const ROWS: usize>(
         &self,
@@ -227,31 +227,11 @@ impl<
         limit: u32,
         kt: u32,
     ) {
-        let cpr = Self::CPR_K as u32;
-        let (r0, ch) = (self.tid / cpr, self.tid % cpr);
-        let col = kt * BK as u32 + ch * 8;
-        let bytes = if col < self.k {
-            (2 * (self.k - col)).min(16)
-        } else {
-            0
-        };
-        let dst = self
-            .smem
-            .byte_add((tile + swizzle_bytes(r0, ch, cpr)) as usize);
-        let row = first + r0;
-        // This thread's first element; iteration i is `i·RPI` rows further.
-        let base = src.wrapping_add(row as usize * self.k as usize + col as usize);
-        unroll!(i in 0..ROWS / Self::RPI_K => {
-            let ok = row + ((i * Self::RPI_K) as u32) < limit && bytes > 0;
-            // SAFETY: when `ok`, the 16 bytes (`bytes` of them in bounds) start inside the
-            // matrix at an aligned address; otherwise nothing is read (`src_size` 0) and
-            // the base pointer only supplies an aligned address. The destination is this
-            // thread's chunk of the tile (shifting by whole iterations keeps the swizzle).
-            unsafe {
-                let from = if ok { base.wrapping_add(i * Self::RPI_K * self.k as usize) } else { src };
-                cp_async_cg_16_zfill(dst.byte_add(i * Self::THREADS * 16), from.cast(), if ok { bytes } else { 0 });
-            }
-        });
+        let to = self.smem.byte_add(tile as usize);
+        // SAFETY: forwarded.
+        unsafe {
+            copy_k_rows::<ROWS, BK>(to, self.tid, Self::THREADS, src, first, limit, self.k, kt)
+        }
     }
 
     /// Copies k-rows `kt·BK..+BK` × columns `col0..col0+BN` of a row-major `[k, n]` matrix
@@ -483,6 +463,60 @@ impl<
             }
         }
         acc
+    }
+}
+
+/// Copies rows `first..first + ROWS` (clipped to `limit`) × k-tile `kt` (columns
+/// `kt·BK..+BK`, clipped to `k`) of a row-major `[_, k]` bf16 matrix into the
+/// K-contiguous `ROWS × BK` tile at `to` (swizzled, [`super::tile`]) with 16-byte
+/// `cp.async.cg` (zero-filled past the edges). Thread `tid` of `threads` copies chunk
+/// `tid % (BK/8)` of rows `tid / (BK/8) + i·threads/(BK/8)`.
+///
+/// # Safety
+/// `src` is a 16-byte aligned `[limit, k]` row-major bf16 matrix with `k % 8 == 0`; `to`
+/// is a 16-byte aligned tile of `ROWS·BK·2` bytes of shared memory that nobody reads until
+/// a `cp.async` wait and a barrier; `threads / (BK/8)` divides `ROWS` and is a multiple of
+/// 8 lines' worth of rows (`threads` a multiple of 64), so that shifting by whole
+/// iterations keeps the swizzle.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) unsafe fn copy_k_rows<const ROWS: usize, const BK: usize>(
+    to: SharedPtr<u8>,
+    tid: u32,
+    threads: usize,
+    src: *const bf16,
+    first: u32,
+    limit: u32,
+    k: u32,
+    kt: u32,
+) {
+    let cpr = (BK / 8) as u32;
+    let rows_per_iter = threads / (BK / 8);
+    let (r0, ch) = (tid / cpr, tid % cpr);
+    let col = kt * BK as u32 + ch * 8;
+    let bytes = if col < k { (2 * (k - col)).min(16) } else { 0 };
+    let dst = to.byte_add(swizzle_bytes(r0, ch, cpr) as usize);
+    let row = first + r0;
+    // This thread's first element; iteration i is `i·rows_per_iter` rows further.
+    let base = src.wrapping_add(row as usize * k as usize + col as usize);
+    for i in 0..ROWS / rows_per_iter {
+        let ok = row + ((i * rows_per_iter) as u32) < limit && bytes > 0;
+        // SAFETY: when `ok`, the 16 bytes (`bytes` of them in bounds) start inside the
+        // matrix at an aligned address; otherwise nothing is read (`src_size` 0) and the
+        // base pointer only supplies an aligned address. The destination is this thread's
+        // chunk of the tile.
+        unsafe {
+            let from = if ok {
+                base.wrapping_add(i * rows_per_iter * k as usize)
+            } else {
+                src
+            };
+            cp_async_cg_16_zfill(
+                dst.byte_add(i * threads * 16),
+                from.cast(),
+                if ok { bytes } else { 0 },
+            );
+        }
     }
 }
 
