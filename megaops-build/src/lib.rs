@@ -25,6 +25,7 @@
 mod builder;
 mod error;
 pub mod linker;
+pub mod ptxas;
 mod toolchain;
 
 pub use builder::{Arch, PtxBuilder};

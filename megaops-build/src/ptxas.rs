@@ -1,0 +1,123 @@
+//! Validating PTX with NVIDIA's `ptxas` (no GPU needed): find it, assemble a module for
+//! its architecture, and read the per-entry resource report (registers, stack frame,
+//! spills, barriers, shared memory).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Finds `ptxas`: `$PTXAS`, then the `nvidia-cuda-nvcc` Python wheel
+/// (`pip install nvidia-cuda-nvcc==13.0.88`), then `PATH`, then `/usr/local/cuda/bin`.
+/// The error says where it looked.
+pub fn find() -> Result<PathBuf, String> {
+    let works = |p: &Path| Command::new(p).arg("--version").output().is_ok_and(|o| o.status.success());
+    let mut tried = Vec::new();
+    if let Some(p) = std::env::var_os("PTXAS").map(PathBuf::from) {
+        if works(&p) {
+            return Ok(p);
+        }
+        tried.push(format!("$PTXAS={}", p.display()));
+    }
+    let py = "import nvidia.cu13 as m, os; print(os.path.join(list(m.__path__)[0], 'bin', 'ptxas'))";
+    if let Ok(out) = Command::new("python3").args(["-c", py]).output() {
+        let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if out.status.success() && works(&p) {
+            return Ok(p);
+        }
+    }
+    tried.push("the nvidia-cuda-nvcc wheel (python3 -m pip install nvidia-cuda-nvcc==13.0.88)".into());
+    for p in [PathBuf::from("ptxas"), PathBuf::from("/usr/local/cuda/bin/ptxas")] {
+        if works(&p) {
+            return Ok(p);
+        }
+        tried.push(p.display().to_string());
+    }
+    Err(format!("no ptxas found (tried {})", tried.join(", ")))
+}
+
+/// What `ptxas -v` reports for one entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EntryReport {
+    /// Entry name.
+    pub name: String,
+    /// Registers per thread.
+    pub registers: u32,
+    /// Stack frame bytes.
+    pub stack: u32,
+    /// Spill stores, bytes.
+    pub spill_stores: u32,
+    /// Spill loads, bytes.
+    pub spill_loads: u32,
+    /// Named barriers used.
+    pub barriers: u32,
+    /// Static shared memory, bytes.
+    pub smem: u32,
+}
+
+/// Assembles `ptx` for `arch` (`sm_90`, ...) in `dir`; returns the per-entry report, or
+/// ptxas's messages on failure.
+pub fn assemble(ptxas: &Path, arch: &str, ptx: &str, dir: &Path, name: &str) -> Result<Vec<EntryReport>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let src = dir.join(format!("{name}.{arch}.ptx"));
+    std::fs::write(&src, ptx).map_err(|e| format!("writing {}: {e}", src.display()))?;
+    let out = Command::new(ptxas)
+        .arg(format!("-arch={arch}"))
+        .arg("-v")
+        .arg(&src)
+        .arg("-o")
+        .arg(dir.join(format!("{name}.{arch}.cubin")))
+        .output()
+        .map_err(|e| format!("running {}: {e}", ptxas.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() || stderr.lines().any(|l| l.contains("error")) {
+        return Err(format!("ptxas -arch={arch} failed on {name} ({}):\n{stderr}", out.status));
+    }
+    Ok(parse_report(&stderr))
+}
+
+/// The number just before `unit` in `line` (`"40 registers"` → 40).
+fn number_before(line: &str, unit: &str) -> u32 {
+    line.find(unit)
+        .and_then(|at| line[..at].split_whitespace().last())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Parses `ptxas -v` output into per-entry reports.
+pub fn parse_report(stderr: &str) -> Vec<EntryReport> {
+    let mut entries: Vec<EntryReport> = Vec::new();
+    for line in stderr.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            let name = rest.split('\'').next().unwrap_or_default().to_string();
+            entries.push(EntryReport { name, ..Default::default() });
+        } else if let Some(e) = entries.last_mut() {
+            if line.contains("bytes stack frame") {
+                e.stack = number_before(line, "bytes stack frame");
+                e.spill_stores = number_before(line, "bytes spill stores");
+                e.spill_loads = number_before(line, "bytes spill loads");
+            } else if line.contains("Used") && line.contains("registers") {
+                e.registers = number_before(line, "registers");
+                e.barriers = number_before(line, "barriers");
+                e.smem = number_before(line, "bytes smem");
+            }
+        }
+    }
+    entries
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_resource_report() {
+        let text = "ptxas info    : Compiling entry function 'k__cfg0' for 'sm_90'\n\
+                    ptxas info    : Function properties for k__cfg0\n\
+                    \x20   32 bytes stack frame, 4 bytes spill stores, 8 bytes spill loads\n\
+                    ptxas info    : Used 56 registers, used 1 barriers, 1024 bytes smem, 32 bytes cumulative stack size\n";
+        let r = parse_report(text);
+        assert_eq!(
+            r,
+            [EntryReport { name: "k__cfg0".into(), registers: 56, stack: 32, spill_stores: 4, spill_loads: 8, barriers: 1, smem: 1024 }]
+        );
+    }
+}
