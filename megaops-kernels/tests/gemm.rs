@@ -250,6 +250,27 @@ fn host_checks_reject_unsupported_shapes() -> Result<()> {
         gemm::check_matmul_nn(4, 12, 24, &b).is_err(),
         "NN needs n % 8 == 0"
     );
+    // The launchers refuse the same before anything runs.
+    let s = Stream::new(&dev)?;
+    let a = Tensor::<bf16>::zeros(&dev, &[4, 12])?;
+    let w = Tensor::<bf16>::zeros(&dev, &[16, 12])?;
+    let mut c = Tensor::<bf16>::zeros(&dev, &[4, 16])?;
+    assert!(
+        matmul::launch(&s, &a, &w, &mut c, 4, 16, 12).is_err(),
+        "launcher: k % 8 != 0"
+    );
+    let a = Tensor::<bf16>::zeros(&dev, &[4, 16])?;
+    let w = Tensor::<bf16>::zeros(&dev, &[24, 16])?;
+    assert!(
+        matmul::launch(&s, &a, &w, &mut c, 4, 16, 16).is_err(),
+        "launcher: W must be [n, k]"
+    );
+    let b = Tensor::<bf16>::zeros(&dev, &[16, 12])?;
+    let mut c = Tensor::<bf16>::zeros(&dev, &[4, 12])?;
+    assert!(
+        matmul_nn::launch(&s, &a, &b, &mut c, 4, 12, 16).is_err(),
+        "launcher: NN needs n % 8 == 0"
+    );
     Ok(())
 }
 

@@ -1,6 +1,6 @@
-//! Host-side helpers of the GEMM kernels: the shape and alignment checks the generated
-//! launchers cannot make (the weight is a plain pointer), tile sizes of each config, and
-//! a grouped CTA order for L2 reuse.
+//! Host-side helpers of the GEMM kernels: the weight's shape and alignment checks (the
+//! launchers check the shapes and `k` too, alignment only these helpers), tile sizes of
+//! each config, and a grouped CTA order for L2 reuse.
 
 use megaops::launch::ConfigInfo;
 use megaops::{Error, Result, Tensor, bf16};
@@ -35,15 +35,14 @@ fn check_common(
     Ok(())
 }
 
-/// Checks what [`super::matmul`]'s launcher does not: `w` is `[n, k]`, `k % 8 == 0`, and
-/// `w` is 16-byte aligned. (The launcher checks that `a` is `[m, k]` and `c` is `[m, n]`;
-/// their alignment holds for whole tensors.)
+/// Checks [`super::matmul`]'s weight: `w` is `[n, k]`, `k % 8 == 0` (as the launcher does),
+/// and `w` is 16-byte aligned (which the launcher does not check; whole tensors are).
 pub fn check_matmul(m: u32, n: u32, k: u32, w: &Tensor<bf16>) -> Result<()> {
     check_common("matmul", m, n, k, w, [n as usize, k as usize], "w")
 }
 
-/// Checks what [`super::matmul_nn`]'s launcher does not: `b` is `[k, n]`, `k % 8 == 0`,
-/// `n % 8 == 0`, and `b` is 16-byte aligned.
+/// Checks [`super::matmul_nn`]'s `b`: `[k, n]`, `k % 8 == 0`, `n % 8 == 0` (as the
+/// launcher does), and 16-byte aligned (which the launcher does not check).
 pub fn check_matmul_nn(m: u32, n: u32, k: u32, b: &Tensor<bf16>) -> Result<()> {
     check_common("matmul_nn", m, n, k, b, [k as usize, n as usize], "b")?;
     if !n.is_multiple_of(8) {

@@ -27,13 +27,14 @@
 //!
 //! # Requirements (checked by the generated launchers before anything runs)
 //!
-//! - `A` is `[m, k]`, `C` is `[m, n]` (the launcher checks these two), `W` is `[n, k]`
-//!   (`B` is `[k, n]`), all row-major and contiguous;
+//! - `A` is `[m, k]`, `C` is `[m, n]`, `W` is `[n, k]` (`B` is `[k, n]`), all row-major
+//!   and contiguous (`input`/`output`/`tensor(..)` in the annotation);
 //! - **`k % 8 == 0`** (rows of `A` and `W` start 16-byte aligned, as `cp.async` of 16
-//!   bytes needs); for [`matmul_nn`] also **`n % 8 == 0`**;
-//! - every pointer 16-byte aligned (tensors from `Tensor::*` are 256-byte aligned; a
-//!   `narrow`ed view is aligned when its row offset times the row bytes is a multiple
-//!   of 16);
+//!   bytes needs); for [`matmul_nn`] also **`n % 8 == 0`** (`check(..)`);
+//! - every pointer 16-byte aligned — *not* checked by the launcher: tensors from
+//!   `Tensor::*` are 256-byte aligned; a `narrow`ed view is aligned when its row offset
+//!   times the row bytes is a multiple of 16 ([`check_matmul`] / [`check_matmul_nn`]
+//!   check the weight's alignment too);
 //! - `m`, `n` (NT) and `k` are otherwise arbitrary: any size ≥ 0, edge tiles are masked.
 //!   `n % 8 != 0` is supported by [`matmul`] but stores `C` with 2-byte instead of
 //!   16-byte stores.
@@ -89,7 +90,7 @@ macro_rules! config_tile {
 /// rows `pid_m·BM..+BM` of `A` (waits for them when `A` is a produced `Tiled` tensor) and
 /// rows `pid_n·BN..+BN` of `W` (prefetched before that wait). See the [module docs](self)
 /// for the configs and the requirements: **`k % 8 == 0`**, 16-byte aligned pointers,
-/// `W` of shape `[n, k]` (check with [`check_matmul`]).
+/// `W` of shape `[n, k]` (the launcher checks the shapes and `k`).
 ///
 /// PTX: `cp.async.cg.shared.global` (16 B, zero-fill), `cp.async.commit_group` /
 /// `wait_group`, `ldmatrix.sync.aligned.m8n8.x4.shared.b16`,
@@ -105,7 +106,7 @@ macro_rules! config_tile {
     input(a[m, k] = [pid_m: BM, _]),
     output(c[m, n] = [pid_m: BM, pid_n: BN]),
     tensor(b[n, k]),
-    check(k % 8 == 0, "k must be a multiple of 8: rows of A and W are copied 16 bytes at a time"),
+    check(k.is_multiple_of(8), "k must be a multiple of 8: rows of A and W are copied 16 bytes at a time"),
 )]
 #[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
 #[config(BM = 128, BN = 256, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256)]
@@ -129,7 +130,7 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
     unsafe {
         tile.prefetch_b(b)
     };
-    // SAFETY: as above; `a` is `[m, k]` (checked by the launcher), the launch gives the CTA
+    // SAFETY: as above; `a` is `[m, k]` (the launcher checks it), the launch gives the CTA
     // `(BM + BN) * BK * 2 * STAGES` bytes of dynamic shared memory = `G::SMEM_BYTES`.
     let acc = unsafe { tile.mainloop(a, b) };
     // SAFETY: `c` is `[m, n]` (checked by the launcher) and 16-byte aligned.
@@ -141,7 +142,7 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
 /// [`matmul`], except that B fragments come from `ldmatrix.sync.aligned.m8n8.x4.trans`.
 ///
 /// Requirements: **`k % 8 == 0` and `n % 8 == 0`**, 16-byte aligned pointers, `B` of
-/// shape `[k, n]` (check with [`check_matmul_nn`]).
+/// shape `[k, n]` (the launcher checks the shapes, `k` and `n`).
 ///
 /// # Safety
 /// The pointers are valid for the shapes above and 16-byte aligned; `k % 8 == 0` and
@@ -153,7 +154,7 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
     input(a[m, k] = [pid_m: BM, _]),
     output(c[m, n] = [pid_m: BM, pid_n: BN]),
     tensor(b[k, n]),
-    check(k % 8 == 0 && n % 8 == 0, "k and n must be multiples of 8: rows of A and B are copied 16 bytes at a time"),
+    check(k.is_multiple_of(8) && n.is_multiple_of(8), "k and n must be multiples of 8: rows of A and B are copied 16 bytes at a time"),
 )]
 #[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
 #[config(BM = 128, BN = 256, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256)]
