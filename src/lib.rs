@@ -39,8 +39,8 @@ macro_rules! kernel_crate {
 #[doc(hidden)]
 pub mod __private {
     pub use megaops_device::sync::{
-        kernel_begin_cta, remap_tile, signal_output, tile_coords, tile_region, wait_input, KernelCtx, ProducerTile,
-        TileSync,
+        KernelCtx, ProducerTile, TileSync, kernel_begin_cta, remap_tile, signal_output, tile_coords, tile_region,
+        wait_input,
     };
     pub use megaops_device::thread::{block_idx_x, grid_dim_x};
 
@@ -49,5 +49,5 @@ pub mod __private {
         AsInput, AsOutput, ConfigInfo, Declared, KernelLaunch, LaunchOptions, LaunchTarget, TileDim,
     };
     #[cfg(not(target_arch = "nvptx64"))]
-    pub use megaops_host::{Error, PtxModule, Result, Tensor, R1, R2, R3, R4};
+    pub use megaops_host::{Error, PtxModule, R1, R2, R3, R4, Result, Tensor};
 }

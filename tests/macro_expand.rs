@@ -7,9 +7,7 @@
 use megaops::device::atomic::{self, Gpu, Relaxed};
 use megaops::device::thread::{block_dim_x, block_idx_x, thread_idx_x};
 use megaops::testing::cpu_device;
-use megaops::{
-    AsyncStream, Chunks, DynChunks, Grid, LaunchOptions, Remap, Result, Stream, Tensor, Tiled,
-};
+use megaops::{AsyncStream, Chunks, DynChunks, Grid, LaunchOptions, Remap, Result, Stream, Tensor, Tiled};
 
 /// No PTX: these kernels only run on the CPU backend.
 pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule {
@@ -177,12 +175,7 @@ fn split_k_outputs_are_complete_before_consumers_read_them() -> Result<()> {
         )?;
         for cfg in 0..row_sums_splitk::CONFIGS.len() {
             let sema = Tensor::<i32>::zeros(&dev, &[(m as usize).div_ceil(2)])?;
-            let mut o = Tiled::with_semaphores(
-                Tensor::<f32>::zeros(&dev, &[m as usize])?,
-                sema,
-                Chunks::<2>,
-                "o",
-            )?;
+            let mut o = Tiled::with_semaphores(Tensor::<f32>::zeros(&dev, &[m as usize])?, sema, Chunks::<2>, "o")?;
             let mut out = Tensor::<f32>::full(&dev, &[m as usize], f32::NAN)?;
             row_sums_splitk::launch_with(&s, &LaunchOptions::config(cfg), &x, &mut o, m, k)?;
             copy_out::launch(&s, &o, &mut out, m)?;

@@ -34,9 +34,23 @@ fn every_kernel_entry_assembles_without_spills() {
                 Err(e) => failures.push(e),
                 Ok(entries) => {
                     println!("{krate} ({arch}, {} entries):", entries.len());
-                    println!("  {:<34} {:>4} {:>6} {:>8} {:>8} {:>4} {:>6}", "entry", "regs", "stack", "spill-st", "spill-ld", "bars", "smem");
-                    for EntryReport { name, registers, stack, spill_stores, spill_loads, barriers, smem } in &entries {
-                        println!("  {name:<34} {registers:>4} {stack:>6} {spill_stores:>8} {spill_loads:>8} {barriers:>4} {smem:>6}");
+                    println!(
+                        "  {:<34} {:>4} {:>6} {:>8} {:>8} {:>4} {:>6}",
+                        "entry", "regs", "stack", "spill-st", "spill-ld", "bars", "smem"
+                    );
+                    for EntryReport {
+                        name,
+                        registers,
+                        stack,
+                        spill_stores,
+                        spill_loads,
+                        barriers,
+                        smem,
+                    } in &entries
+                    {
+                        println!(
+                            "  {name:<34} {registers:>4} {stack:>6} {spill_stores:>8} {spill_loads:>8} {barriers:>4} {smem:>6}"
+                        );
                         if *spill_stores > 0 || *spill_loads > 0 {
                             failures.push(format!("{krate} {arch}: `{name}` spills registers"));
                         }

@@ -72,11 +72,7 @@ impl Suite<'_> {
     }
 
     /// Graph-timed launches: `reps` per replay.
-    fn time(
-        &self,
-        reps: usize,
-        body: impl FnMut(&AsyncStream, usize) -> Result<()>,
-    ) -> Result<Stats> {
+    fn time(&self, reps: usize, body: impl FnMut(&AsyncStream, usize) -> Result<()>) -> Result<Stats> {
         time_graph(&self.s, reps, if self.quick { 3 } else { 10 }, body)
     }
 
@@ -132,15 +128,7 @@ fn report(what: &str, t: Result<Table>, out: Option<&Path>) {
 fn decode_table(suite: &Suite) -> Result<Table> {
     let mut t = Table::new(
         "Decode attention (MegaOps split-KV, bf16 KV cache)",
-        &[
-            "model",
-            "batch",
-            "context",
-            "splits",
-            "µs",
-            "KV GB/s",
-            "% of 4.28 TB/s",
-        ],
+        &["model", "batch", "context", "splits", "µs", "KV GB/s", "% of 4.28 TB/s"],
     );
     for (model, hq, hkv, d) in MODELS {
         for batch in [1usize, 4, 16] {
@@ -171,14 +159,7 @@ fn decode_table(suite: &Suite) -> Result<Table> {
 }
 
 /// One decode shape: (splits, timing, K+V bytes per launch).
-fn decode_case(
-    suite: &Suite,
-    hq: usize,
-    hkv: usize,
-    d: usize,
-    batch: usize,
-    ctx: usize,
-) -> Result<(u32, Stats, f64)> {
+fn decode_case(suite: &Suite, hq: usize, hkv: usize, d: usize, batch: usize, ctx: usize) -> Result<(u32, Stats, f64)> {
     let dev = suite.dev;
     let rows = batch * ctx;
     let width = hkv * d;
@@ -197,9 +178,8 @@ fn decode_case(
     let splits = decode::splits_for(batch as u32, hkv as u32, ctx as u32, dev.sm_count());
     let mut ws = DecodeWorkspace::new(dev, batch as u32, hq as u32, hkv as u32, d as u32, splits)?;
     let mut o = Tensor::<bf16>::zeros(dev, &[batch, hq * d])?;
-    let config = decode::config_index(d as u32, hq as u32, hkv as u32).ok_or_else(|| {
-        megaops::Error::Invalid(format!("no decode config for d={d} hq={hq} hkv={hkv}"))
-    })?;
+    let config = decode::config_index(d as u32, hq as u32, hkv as u32)
+        .ok_or_else(|| megaops::Error::Invalid(format!("no decode config for d={d} hq={hq} hkv={hkv}")))?;
     let opts = LaunchOptions::config(config);
     let st = suite.time(8, |s, i| {
         let (k, v) = &caches[i % sets];
@@ -233,14 +213,11 @@ fn prefill_table(suite: &Suite) -> Result<Table> {
     );
     for (model, hq, hkv, d) in MODELS {
         for seq in [1024usize, 4096] {
-            let configs = (0..prefill_attention::CONFIGS.len())
-                .filter(|&c| prefill::CONFIG_SHAPES[c].0 == d as u32);
+            let configs = (0..prefill_attention::CONFIGS.len()).filter(|&c| prefill::CONFIG_SHAPES[c].0 == d as u32);
             for config in configs {
                 for longest_first in [false, true] {
                     if suite.over_budget() {
-                        eprintln!(
-                            "prefill {model} seq={seq} config {config}: skipped (time budget)"
-                        );
+                        eprintln!("prefill {model} seq={seq} config {config}: skipped (time budget)");
                         continue;
                     }
                     match prefill_case(suite, hq, hkv, d, seq, config, longest_first) {
@@ -250,12 +227,7 @@ fn prefill_table(suite: &Suite) -> Result<Table> {
                                 model.into(),
                                 seq.to_string(),
                                 prefill_attention::CONFIGS[config].name.into(),
-                                if longest_first {
-                                    "longest first"
-                                } else {
-                                    "identity"
-                                }
-                                .into(),
+                                if longest_first { "longest first" } else { "identity" }.into(),
                                 f3(st.median_us),
                                 f3(flops / st.median_us * 1e-6),
                             ]);
@@ -315,30 +287,13 @@ type Case = Box<dyn Fn(&Suite, usize) -> Result<(Stats, f64)>>;
 fn memory_table(suite: &Suite) -> Result<Table> {
     let mut t = Table::new(
         "Memory-bound kernels (Qwen3-8B sizes) vs a row copy of the same size",
-        &[
-            "kernel",
-            "tokens",
-            "µs",
-            "GB/s",
-            "copy µs",
-            "copy GB/s",
-            "% of copy",
-        ],
+        &["kernel", "tokens", "µs", "GB/s", "copy µs", "copy GB/s", "% of copy"],
     );
     for m in [16usize, 4096] {
         let cases: [(&str, Case); 3] = [
-            (
-                "add_rmsnorm h=4096",
-                Box::new(|s, m| bench_add_rmsnorm(s, m, 4096)),
-            ),
-            (
-                "silu_mul inter=12288",
-                Box::new(|s, m| bench_silu_mul(s, m, 12288)),
-            ),
-            (
-                "qk_norm_rope 32/8×128",
-                Box::new(|s, m| bench_rope(s, m, 32, 8, 128)),
-            ),
+            ("add_rmsnorm h=4096", Box::new(|s, m| bench_add_rmsnorm(s, m, 4096))),
+            ("silu_mul inter=12288", Box::new(|s, m| bench_silu_mul(s, m, 12288))),
+            ("qk_norm_rope 32/8×128", Box::new(|s, m| bench_rope(s, m, 32, 8, 128))),
         ];
         for (name, case) in cases {
             if suite.over_budget() {
@@ -354,8 +309,7 @@ fn memory_table(suite: &Suite) -> Result<Table> {
             });
             match res {
                 Ok((st, bytes, (cst, cbytes))) => {
-                    let (gbps, cgbps) =
-                        (bytes / st.median_us * 1e-3, cbytes / cst.median_us * 1e-3);
+                    let (gbps, cgbps) = (bytes / st.median_us * 1e-3, cbytes / cst.median_us * 1e-3);
                     t.row(vec![
                         name.into(),
                         m.to_string(),
@@ -395,9 +349,7 @@ fn bench_add_rmsnorm(suite: &Suite, m: usize, h: usize) -> Result<(Stats, f64)> 
     let opts = LaunchOptions::config(usize::from(m > 64));
     let st = suite.time(8, |s, i| {
         let (x, res) = &ins[i % sets];
-        add_rmsnorm::launch_with(
-            s, &opts, x, res, &w, &mut y, &mut r, m as u32, h as u32, 1e-6,
-        )
+        add_rmsnorm::launch_with(s, &opts, x, res, &w, &mut y, &mut r, m as u32, h as u32, 1e-6)
     })?;
     Ok((st, bytes))
 }

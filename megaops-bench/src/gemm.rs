@@ -116,19 +116,12 @@ struct Cublas {
 
 impl Cublas {
     fn new(dev: &Device) -> Result<Cublas> {
-        let handle =
-            cublas::create_handle().map_err(|e| Error::Invalid(format!("cublasCreate: {e:?}")))?;
+        let handle = cublas::create_handle().map_err(|e| Error::Invalid(format!("cublasCreate: {e:?}")))?;
         let workspace = Tensor::<i32>::zeros(dev, &[8 << 20])?; // 32 MiB
         // SAFETY: a live handle and a device buffer of the given size that outlives it.
-        unsafe {
-            cublas_sys::cublasSetWorkspace_v2(
-                handle,
-                workspace.addr() as *mut _,
-                workspace.size_bytes(),
-            )
-        }
-        .result()
-        .map_err(|e| Error::Invalid(format!("cublasSetWorkspace: {e:?}")))?;
+        unsafe { cublas_sys::cublasSetWorkspace_v2(handle, workspace.addr() as *mut _, workspace.size_bytes()) }
+            .result()
+            .map_err(|e| Error::Invalid(format!("cublasSetWorkspace: {e:?}")))?;
         Ok(Cublas {
             handle,
             _workspace: workspace,
@@ -153,11 +146,7 @@ impl Cublas {
         use cublas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
         let (m, n, k) = (s.m as i32, s.n as i32, s.k as i32);
         let (alpha, beta) = (1f32, 0f32);
-        let (op_b, ld_b) = if nn {
-            (CUBLAS_OP_N, n)
-        } else {
-            (CUBLAS_OP_T, k)
-        };
+        let (op_b, ld_b) = if nn { (CUBLAS_OP_N, n) } else { (CUBLAS_OP_T, k) };
         // SAFETY: live handle and stream; the tensors hold the shapes above and stay alive
         // until the stream (or graph) using them completes (the caller keeps them).
         unsafe {
@@ -226,11 +215,9 @@ impl Operands {
             // the pool is short: they are only read).
             let start = (i * span) % (POOL - span) / 64 * 64;
             let b_start = (start + ma).next_multiple_of(64);
-            ops.a
-                .push(pool.narrow(start, start + ma)?.reshape(&[s.m, s.k])?);
+            ops.a.push(pool.narrow(start, start + ma)?.reshape(&[s.m, s.k])?);
             let b_shape = if nn { [s.k, s.n] } else { [s.n, s.k] };
-            ops.b
-                .push(pool.narrow(b_start, b_start + mb)?.reshape(&b_shape)?);
+            ops.b.push(pool.narrow(b_start, b_start + mb)?.reshape(&b_shape)?);
             ops.c.push(Tensor::empty(dev, &[s.m, s.n])?);
         }
         Ok(ops)
@@ -276,9 +263,7 @@ impl Suite<'_> {
                         .ok_or_else(|| Error::Invalid("cuBLAS needs a CUDA stream".into()))?;
                     cublas.gemm(stream, s, a, b, c, nn)
                 }
-                Variant::Config(cfg) => {
-                    launch(st, &LaunchOptions::config(*cfg), a, b, c, (mu, nu, ku), nn)
-                }
+                Variant::Config(cfg) => launch(st, &LaunchOptions::config(*cfg), a, b, c, (mu, nu, ku), nn),
                 Variant::Grouped(cfg, table) => launch(
                     st,
                     &LaunchOptions::config(*cfg).remap(Remap::Table(table.clone())),
@@ -294,13 +279,7 @@ impl Suite<'_> {
     }
 
     /// Runs `variant` once into set 0's C and returns its first and last 32 rows.
-    fn sample_rows(
-        &mut self,
-        s: &Shape,
-        ops: &mut Operands,
-        variant: &Variant,
-        nn: bool,
-    ) -> Result<Vec<bf16>> {
+    fn sample_rows(&mut self, s: &Shape, ops: &mut Operands, variant: &Variant, nn: bool) -> Result<Vec<bf16>> {
         let (mu, nu, ku) = (s.m as u32, s.n as u32, s.k as u32);
         let c = &mut ops.c[0];
         match variant {
@@ -333,9 +312,7 @@ impl Suite<'_> {
         eprintln!("gemm suite: {what}: {e}");
         self.consecutive_errors += 1;
         if self.consecutive_errors >= 3 {
-            return Err(Error::Invalid(
-                "three errors in a row: stopping the gemm suite".into(),
-            ));
+            return Err(Error::Invalid("three errors in a row: stopping the gemm suite".into()));
         }
         Ok(())
     }
@@ -370,11 +347,7 @@ fn rel_diff(x: &[bf16], y: &[bf16]) -> f64 {
         num += (a - b) * (a - b);
         den += b * b;
     }
-    if den == 0.0 {
-        num.sqrt()
-    } else {
-        (num / den).sqrt()
-    }
+    if den == 0.0 { num.sqrt() } else { (num / den).sqrt() }
 }
 
 /// Runs the suite; errors are printed, never panicked on.
@@ -401,11 +374,7 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
         configs.row(vec![i.to_string(), c.name.to_string(), c.entry.to_string()]);
     }
     configs.emit(out);
-    let pool = Tensor::from_slice(
-        &dev,
-        &[POOL],
-        &megaops::testing::random::<bf16>(POOL, 1.0, 0x6e6d),
-    )?;
+    let pool = Tensor::from_slice(&dev, &[POOL], &megaops::testing::random::<bf16>(POOL, 1.0, 0x6e6d))?;
     let mut suite = Suite {
         dev: &dev,
         astream: AsyncStream::serial(&dev)?,
@@ -521,8 +490,7 @@ fn layout(
                 .and_then(gemm::config_tile)
                 .unwrap_or((128, 128));
             let order = gemm::grouped_order(s.m as u32, s.n as u32, bm, bn, 8);
-            let grouped = Tensor::from_slice(suite.dev, &[order.len()], &order)
-                .map(|t| Variant::Grouped(cfg, t));
+            let grouped = Tensor::from_slice(suite.dev, &[order.len()], &order).map(|t| Variant::Grouped(cfg, t));
             match grouped.and_then(|v| suite.time(s, &mut ops, &v, nn).map(|g| (v, g))) {
                 Ok((v, g)) => {
                     row.push(f3(tflops(g)));

@@ -63,11 +63,7 @@ struct Shape {
 impl Shape {
     /// Rows of W.
     fn w_rows(&self) -> usize {
-        if self.op == Op::GateUp {
-            2 * self.n
-        } else {
-            self.n
-        }
+        if self.op == Op::GateUp { 2 * self.n } else { self.n }
     }
 
     /// The fewest bytes: W, x and y once.
@@ -95,19 +91,12 @@ struct Cublas {
 
 impl Cublas {
     fn new(dev: &Device) -> Result<Cublas> {
-        let handle =
-            cublas::create_handle().map_err(|e| Error::Invalid(format!("cublasCreate: {e:?}")))?;
+        let handle = cublas::create_handle().map_err(|e| Error::Invalid(format!("cublasCreate: {e:?}")))?;
         let workspace = Tensor::<i32>::zeros(dev, &[8 << 20])?; // 32 MiB
         // SAFETY: a live handle and a device buffer of the given size that outlives it.
-        unsafe {
-            cublas_sys::cublasSetWorkspace_v2(
-                handle,
-                workspace.addr() as *mut _,
-                workspace.size_bytes(),
-            )
-        }
-        .result()
-        .map_err(|e| Error::Invalid(format!("cublasSetWorkspace: {e:?}")))?;
+        unsafe { cublas_sys::cublasSetWorkspace_v2(handle, workspace.addr() as *mut _, workspace.size_bytes()) }
+            .result()
+            .map_err(|e| Error::Invalid(format!("cublasSetWorkspace: {e:?}")))?;
         Ok(Cublas {
             handle,
             _workspace: workspace,
@@ -189,10 +178,7 @@ impl Operands {
         let wn = s.w_rows() * s.k;
         let span = wn.next_multiple_of(64) + 64;
         if span > POOL {
-            return Err(Error::Invalid(format!(
-                "{} does not fit the weight pool",
-                s.label
-            )));
+            return Err(Error::Invalid(format!("{} does not fit the weight pool", s.label)));
         }
         let sets = ROTATION_BYTES.div_ceil(2 * wn).clamp(1, 64);
         let mut ops = Operands {
@@ -203,37 +189,21 @@ impl Operands {
         };
         for i in 0..sets {
             let start = (i * span) % (POOL - span + 1) / 64 * 64;
-            ops.w.push(
-                pool.narrow(start, start + wn)?
-                    .reshape(&[s.w_rows(), s.k])?,
-            );
+            ops.w.push(pool.narrow(start, start + wn)?.reshape(&[s.w_rows(), s.k])?);
             // x from another part of the pool (random, never zeros).
             let xs = (start + POOL / 2) % (POOL - s.m * s.k) / 64 * 64;
-            ops.x
-                .push(pool.narrow(xs, xs + s.m * s.k)?.reshape(&[s.m, s.k])?);
+            ops.x.push(pool.narrow(xs, xs + s.m * s.k)?.reshape(&[s.m, s.k])?);
             let out_cols = if s.op == Op::GateUp { s.n } else { s.w_rows() };
             ops.y.push(Tensor::empty(dev, &[s.m, out_cols])?);
-            ops.ws.push(SplitWorkspace::new(
-                dev,
-                s.m,
-                s.n,
-                plan::MAX_SPLITS as usize,
-                2,
-            )?);
+            ops.ws
+                .push(SplitWorkspace::new(dev, s.m, s.n, plan::MAX_SPLITS as usize, 2)?);
         }
         Ok(ops)
     }
 }
 
 /// Launches `variant` of `s` on set `j`.
-fn launch(
-    on: &AsyncStream,
-    cublas: &Cublas,
-    s: &Shape,
-    ops: &mut Operands,
-    j: usize,
-    variant: Variant,
-) -> Result<()> {
+fn launch(on: &AsyncStream, cublas: &Cublas, s: &Shape, ops: &mut Operands, j: usize, variant: Variant) -> Result<()> {
     let (m, n, k) = (s.m as u32, s.n as u32, s.k as u32);
     let (x, w) = (&ops.x[j], &ops.w[j]);
     let (y, ws) = (&mut ops.y[j], &mut ops.ws[j]);
@@ -302,8 +272,7 @@ impl Suite {
     /// Median µs per call of `variant` on `s`, by graph replay over the rotating sets.
     fn time(&mut self, s: &Shape, ops: &mut Operands, variant: Variant) -> Result<f64> {
         let floor_us = s.bytes() / (self.read_gbps * 1e3);
-        let reps = ((REPLAY_TARGET_US / floor_us.max(1.0)).ceil() as usize)
-            .clamp(ops.w.len().min(64), 128);
+        let reps = ((REPLAY_TARGET_US / floor_us.max(1.0)).ceil() as usize).clamp(ops.w.len().min(64), 128);
         let sets = ops.w.len();
         let (astream, cublas) = (&self.astream, &self.cublas);
         let stats = time_graph(astream, reps, self.replays, |st, i| {
@@ -317,9 +286,7 @@ impl Suite {
         eprintln!("gemv suite: {what}: {e}");
         self.consecutive_errors += 1;
         if self.consecutive_errors >= 3 {
-            return Err(Error::Invalid(
-                "three errors in a row: stopping the gemv suite".into(),
-            ));
+            return Err(Error::Invalid("three errors in a row: stopping the gemv suite".into()));
         }
         Ok(())
     }
@@ -398,13 +365,7 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
 }
 
 /// Every projection of every model at every m: the plan, every config, cuBLAS.
-fn shapes_table(
-    suite: &mut Suite,
-    out: Option<&Path>,
-    start: Instant,
-    budget: f64,
-    quick: bool,
-) -> Result<()> {
+fn shapes_table(suite: &mut Suite, out: Option<&Path>, start: Instant, budget: f64, quick: bool) -> Result<()> {
     let nconf = gemv::CONFIGS.len();
     let mut cols: Vec<String> = [
         "shape",
@@ -449,16 +410,9 @@ fn shapes_table(
         let geo = (ratios.iter().map(|r: &f64| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
         let mut summary = Table::new(
             "Decode GEMV summary",
-            &[
-                "shapes vs cuBLAS",
-                "geomean ratio (>1: faster)",
-                "min",
-                "max",
-            ],
+            &["shapes vs cuBLAS", "geomean ratio (>1: faster)", "min", "max"],
         );
-        let (min, max) = ratios
-            .iter()
-            .fold((f64::MAX, 0f64), |(a, b), &r| (a.min(r), b.max(r)));
+        let (min, max) = ratios.iter().fold((f64::MAX, 0f64), |(a, b), &r| (a.min(r), b.max(r)));
         summary.row(vec![
             ratios.len().to_string(),
             format!("{geo:.3}"),
@@ -482,15 +436,7 @@ fn shape_row(suite: &mut Suite, s: &Shape, ratios: &mut Vec<f64>) -> Result<Opti
         (gemv::CONFIGS, 1)
     };
     let sms = suite.dev.sm_count();
-    let choice = plan::choose(
-        configs,
-        rg,
-        s.m as u32,
-        s.n as u32,
-        s.k as u32,
-        sms,
-        plan::MAX_SPLITS,
-    );
+    let choice = plan::choose(configs, rg, s.m as u32, s.n as u32, s.k as u32, sms, plan::MAX_SPLITS);
     let Some(choice) = suite.ok(&format!("{} plan", s.label), choice)? else {
         return Ok(None);
     };
@@ -595,9 +541,7 @@ fn layer_table(suite: &mut Suite, out: Option<&Path>, quick: bool) -> Result<()>
                     .collect::<Result<Vec<_>>>()?;
                 Ok((a, b))
             })();
-            let Some((mut ops_ours, mut ops_theirs)) =
-                suite.ok(&format!("{model} layer inputs"), built)?
-            else {
+            let Some((mut ops_ours, mut ops_theirs)) = suite.ok(&format!("{model} layer inputs"), built)? else {
                 continue;
             };
             let sms = suite.dev.sm_count();
@@ -608,27 +552,14 @@ fn layer_table(suite: &mut Suite, out: Option<&Path>, quick: bool) -> Result<()>
                 } else {
                     (gemv::CONFIGS, 1)
                 };
-                let c = plan::choose(
-                    configs,
-                    rg,
-                    s.m as u32,
-                    s.n as u32,
-                    s.k as u32,
-                    sms,
-                    plan::MAX_SPLITS,
-                )?;
+                let c = plan::choose(configs, rg, s.m as u32, s.n as u32, s.k as u32, sms, plan::MAX_SPLITS)?;
                 variants.push(Variant::Config {
                     cfg: c.config,
                     splits: c.splits,
                 });
             }
             let bytes: f64 = ours.iter().map(|s| s.bytes()).sum();
-            let sets = ops_ours
-                .iter()
-                .chain(&ops_theirs)
-                .map(|o| o.w.len())
-                .min()
-                .unwrap_or(1);
+            let sets = ops_ours.iter().chain(&ops_theirs).map(|o| o.w.len()).min().unwrap_or(1);
             let (astream, cublas) = (&suite.astream, &suite.cublas);
             let reps = sets.clamp(4, 32);
             let mine = time_graph(astream, reps, suite.replays, |st, i| {
@@ -643,9 +574,7 @@ fn layer_table(suite: &mut Suite, out: Option<&Path>, quick: bool) -> Result<()>
                 }
                 Ok(())
             });
-            let mine = suite
-                .ok(&format!("{model} layer m={m}"), mine)?
-                .map(|st| st.median_us);
+            let mine = suite.ok(&format!("{model} layer m={m}"), mine)?.map(|st| st.median_us);
             let base = suite
                 .ok(&format!("{model} layer m={m} cuBLAS"), base)?
                 .map(|st| st.median_us);
@@ -656,9 +585,7 @@ fn layer_table(suite: &mut Suite, out: Option<&Path>, quick: bool) -> Result<()>
                 format!("{:.1}", bytes / 1e6),
                 mine.map_or("err".into(), f3),
                 gbps.map_or("-".into(), |g| format!("{g:.0}")),
-                gbps.map_or("-".into(), |g| {
-                    format!("{:.1}", 100.0 * g / suite.read_gbps)
-                }),
+                gbps.map_or("-".into(), |g| format!("{:.1}", 100.0 * g / suite.read_gbps)),
                 base.map_or("err".into(), f3),
                 match (mine, base) {
                     (Some(a), Some(b)) => format!("{:.2}", b / a),
@@ -695,8 +622,7 @@ fn head_table(suite: &mut Suite, out: Option<&Path>) -> Result<()> {
     for (model, h, _, _, _, vocab) in [MODELS[0], MODELS[3]] {
         for m in [1usize, 16] {
             let built = head_operands(suite, m, vocab, h);
-            let Some((x, w, mut logits, y16)) = suite.ok(&format!("{model} head inputs"), built)?
-            else {
+            let Some((x, w, mut logits, y16)) = suite.ok(&format!("{model} head inputs"), built)? else {
                 continue;
             };
             let (mu, vu, ku) = (m as u32, vocab as u32, h as u32);
@@ -704,16 +630,7 @@ fn head_table(suite: &mut Suite, out: Option<&Path>) -> Result<()> {
             let mut best: Option<(usize, f64)> = None;
             for cfg in 0..lm_head::CONFIGS.len() {
                 let r = time_graph(&suite.astream, 4, suite.replays, |st, _| {
-                    lm_head::launch_with(
-                        st,
-                        &LaunchOptions::config(cfg),
-                        &x,
-                        &w,
-                        &mut logits,
-                        mu,
-                        vu,
-                        ku,
-                    )
+                    lm_head::launch_with(st, &LaunchOptions::config(cfg), &x, &w, &mut logits, mu, vu, ku)
                 });
                 if let Some(st) = suite.ok(&format!("{model} lm_head cfg{cfg}"), r)?
                     && best.is_none_or(|(_, b)| st.median_us < b)
@@ -728,9 +645,7 @@ fn head_table(suite: &mut Suite, out: Option<&Path>) -> Result<()> {
                     .ok_or_else(|| Error::Invalid("cuBLAS needs a CUDA stream".into()))?;
                 cublas.gemm(stream, &x, &w, &y16)
             });
-            let c = suite
-                .ok(&format!("{model} head cuBLAS"), c)?
-                .map(|s| s.median_us);
+            let c = suite.ok(&format!("{model} head cuBLAS"), c)?.map(|s| s.median_us);
             let (a, acfg) = argmax_time(suite, &logits, m, vocab)?;
             table.row(vec![
                 model.to_string(),
@@ -774,14 +689,8 @@ fn head_operands(suite: &Suite, m: usize, vocab: usize, k: usize) -> Result<Head
             // SAFETY: both ranges lie inside live device allocations of the same device
             // (`done + len <= n` elements of `w`, `len <= POOL` of the pool), no work is
             // queued on either (synchronised above).
-            unsafe {
-                cudarc::driver::result::memcpy_dtod_sync(
-                    w.addr() + 2 * done as u64,
-                    suite.pool.addr(),
-                    2 * len,
-                )
-            }
-            .map_err(|e| Error::Invalid(format!("filling the LM head: {e:?}")))?;
+            unsafe { cudarc::driver::result::memcpy_dtod_sync(w.addr() + 2 * done as u64, suite.pool.addr(), 2 * len) }
+                .map_err(|e| Error::Invalid(format!("filling the LM head: {e:?}")))?;
             done += len;
         }
         w
@@ -798,12 +707,7 @@ fn head_operands(suite: &Suite, m: usize, vocab: usize, k: usize) -> Result<Head
 
 /// Best median µs of argmax over its configs on `logits` (must hold values: the LM head
 /// wrote them).
-fn argmax_time(
-    suite: &mut Suite,
-    logits: &Tensor<f32>,
-    m: usize,
-    vocab: usize,
-) -> Result<(Option<f64>, String)> {
+fn argmax_time(suite: &mut Suite, logits: &Tensor<f32>, m: usize, vocab: usize) -> Result<(Option<f64>, String)> {
     let mut ws = ArgmaxWorkspace::new(&suite.dev, m, vocab)?;
     let mut ids = Tensor::<u32>::zeros(&suite.dev, &[m])?;
     let mut best: Option<(usize, f64)> = None;

@@ -34,7 +34,12 @@ impl Stats {
 
 /// Times `f` (which enqueues work on `stream`) with CUDA events around each call, after
 /// `warmup` untimed calls. `f` gets the iteration number (to rotate inputs).
-pub fn time_events(stream: &Stream, warmup: usize, iters: usize, mut f: impl FnMut(usize) -> Result<()>) -> Result<Stats> {
+pub fn time_events(
+    stream: &Stream,
+    warmup: usize,
+    iters: usize,
+    mut f: impl FnMut(usize) -> Result<()>,
+) -> Result<Stats> {
     for i in 0..warmup {
         f(i)?;
     }
@@ -54,7 +59,12 @@ pub fn time_events(stream: &Stream, warmup: usize, iters: usize, mut f: impl FnM
 /// Captures `reps` calls of `body` on `astream` into one graph and times `replays`
 /// replays with events (after warm-up replays); returns the time per call
 /// (replay time / reps). `body` gets the call index (to rotate inputs).
-pub fn time_graph(astream: &AsyncStream, reps: usize, replays: usize, mut body: impl FnMut(&AsyncStream, usize) -> Result<()>) -> Result<Stats> {
+pub fn time_graph(
+    astream: &AsyncStream,
+    reps: usize,
+    replays: usize,
+    mut body: impl FnMut(&AsyncStream, usize) -> Result<()>,
+) -> Result<Stats> {
     let graph = astream.capture(|s| {
         for i in 0..reps {
             body(s, i)?;
@@ -89,7 +99,11 @@ pub struct Table {
 impl Table {
     /// A table with the given title and column names.
     pub fn new(title: &str, columns: &[&str]) -> Table {
-        Table { title: title.to_string(), columns: columns.iter().map(|c| c.to_string()).collect(), rows: Vec::new() }
+        Table {
+            title: title.to_string(),
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            rows: Vec::new(),
+        }
     }
 
     /// Adds a row (one cell per column).
@@ -99,7 +113,12 @@ impl Table {
 
     /// Renders as Markdown (pasteable into bench/RESULTS.md).
     pub fn markdown(&self) -> String {
-        let mut s = format!("### {}\n\n| {} |\n|{}|\n", self.title, self.columns.join(" | "), vec!["---"; self.columns.len()].join("|"));
+        let mut s = format!(
+            "### {}\n\n| {} |\n|{}|\n",
+            self.title,
+            self.columns.join(" | "),
+            vec!["---"; self.columns.len()].join("|")
+        );
         for r in &self.rows {
             s.push_str(&format!("| {} |\n", r.join(" | ")));
         }
@@ -111,11 +130,19 @@ impl Table {
         println!("{}", self.markdown());
         if let Some(dir) = out_dir {
             let _ = std::fs::create_dir_all(dir);
-            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("results.md")) {
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join("results.md"))
+            {
                 let _ = writeln!(f, "{}", self.markdown());
             }
             let json = serde_json::json!({ "title": self.title, "columns": self.columns, "rows": self.rows });
-            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("results.jsonl")) {
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join("results.jsonl"))
+            {
                 let _ = writeln!(f, "{json}");
             }
         }
@@ -124,5 +151,11 @@ impl Table {
 
 /// Formats a float with 3 significant-ish decimals.
 pub fn f3(x: f64) -> String {
-    if x.abs() >= 100.0 { format!("{x:.0}") } else if x.abs() >= 10.0 { format!("{x:.1}") } else { format!("{x:.3}") }
+    if x.abs() >= 100.0 {
+        format!("{x:.0}")
+    } else if x.abs() >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.3}")
+    }
 }

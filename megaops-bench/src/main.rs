@@ -1,9 +1,9 @@
 //! `megaops-bench`: the GPU benchmarks of MegaOps. Each suite prints Markdown tables (the
 //! figures in bench/RESULTS.md come from here) and appends them to `--out`.
 
-mod gemm;
 mod attention;
 mod bandwidth;
+mod gemm;
 mod gemv;
 mod harness;
 

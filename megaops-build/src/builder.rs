@@ -1,4 +1,4 @@
-use crate::{BuildError, Toolchain, ARCHS_ENV, EMBED_FILE, INNER_BUILD_ENV, LINKER_MODE_ENV};
+use crate::{ARCHS_ENV, BuildError, EMBED_FILE, INNER_BUILD_ENV, LINKER_MODE_ENV, Toolchain};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,7 +25,11 @@ impl Arch {
 
     /// Compute capability as `major * 10 + minor` (`sm_90a` → 90).
     pub fn capability(&self) -> u32 {
-        self.0.trim_start_matches("sm_").trim_end_matches('a').parse().unwrap_or(0)
+        self.0
+            .trim_start_matches("sm_")
+            .trim_end_matches('a')
+            .parse()
+            .unwrap_or(0)
     }
 }
 
@@ -60,7 +64,10 @@ impl PtxBuilder {
 
     /// Sets the architectures (e.g. `["sm_80", "sm_90"]`). `MEGAOPS_ARCHS` still wins.
     pub fn archs<I: IntoIterator<Item = S>, S: AsRef<str>>(mut self, archs: I) -> Result<Self, BuildError> {
-        self.archs = archs.into_iter().map(|a| Arch::parse(a.as_ref())).collect::<Result<_, _>>()?;
+        self.archs = archs
+            .into_iter()
+            .map(|a| Arch::parse(a.as_ref()))
+            .collect::<Result<_, _>>()?;
         Ok(self)
     }
 
@@ -94,17 +101,25 @@ impl PtxBuilder {
             return Err(BuildError::MissingEnv("OUT_DIR"));
         }
         println!("cargo::rerun-if-changed={}", self.manifest_dir.join("src").display());
-        println!("cargo::rerun-if-changed={}", self.manifest_dir.join("Cargo.toml").display());
+        println!(
+            "cargo::rerun-if-changed={}",
+            self.manifest_dir.join("Cargo.toml").display()
+        );
 
         let archs = match std::env::var(ARCHS_ENV) {
-            Ok(list) if !list.trim().is_empty() => {
-                list.split(',').filter(|s| !s.trim().is_empty()).map(Arch::parse).collect::<Result<Vec<_>, _>>()?
-            }
+            Ok(list) if !list.trim().is_empty() => list
+                .split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(Arch::parse)
+                .collect::<Result<Vec<_>, _>>()?,
             _ => self.archs.clone(),
         };
         let tc = Toolchain::current()?;
         tc.check_components()?;
-        let target_dir = self.target_dir.clone().unwrap_or_else(|| default_target_dir(&self.out_dir));
+        let target_dir = self
+            .target_dir
+            .clone()
+            .unwrap_or_else(|| default_target_dir(&self.out_dir));
         let linker = std::env::current_exe().map_err(|e| BuildError::io("locating", "build script", e))?;
 
         let mut embedded = Vec::new();
@@ -120,7 +135,14 @@ impl PtxBuilder {
     fn compile(&self, tc: &Toolchain, arch: &Arch, target_dir: &Path, linker: &Path) -> Result<PathBuf, BuildError> {
         let mut cmd = Command::new(&tc.cargo);
         cmd.current_dir(&self.manifest_dir)
-            .args(["rustc", "--lib", "--crate-type", "cdylib", "--target", "nvptx64-nvidia-cuda"])
+            .args([
+                "rustc",
+                "--lib",
+                "--crate-type",
+                "cdylib",
+                "--target",
+                "nvptx64-nvidia-cuda",
+            ])
             .args(["-Zbuild-std=core,panic_abort", "--profile", "megaops-ptx"])
             .args(["--config", "profile.megaops-ptx.inherits=\"release\""])
             .args(["--config", "profile.megaops-ptx.panic=\"abort\""])
@@ -137,20 +159,39 @@ impl PtxBuilder {
             .arg("--")
             .arg(format!("-Clinker={}", linker.display()));
         // The outer build's flags are for the host; the device build gets its own.
-        for var in ["RUSTFLAGS", "CARGO_BUILD_RUSTFLAGS", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER"] {
+        for var in [
+            "RUSTFLAGS",
+            "CARGO_BUILD_RUSTFLAGS",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_TARGET",
+            "RUSTC_WRAPPER",
+            "RUSTC_WORKSPACE_WRAPPER",
+        ] {
             cmd.env_remove(var);
         }
         cmd.env("CARGO_ENCODED_RUSTFLAGS", format!("-Ctarget-cpu={}", arch.name()))
             .env(INNER_BUILD_ENV, "1")
             .env(LINKER_MODE_ENV, linker);
         let command = format!("{cmd:?}");
-        let status = cmd.status().map_err(|source| BuildError::Spawn { program: tc.cargo.display().to_string(), source })?;
+        let status = cmd.status().map_err(|source| BuildError::Spawn {
+            program: tc.cargo.display().to_string(),
+            source,
+        })?;
         if !status.success() {
-            return Err(BuildError::DeviceCompile { package: self.package.clone(), arch: arch.name().into(), command });
+            return Err(BuildError::DeviceCompile {
+                package: self.package.clone(),
+                arch: arch.name().into(),
+                command,
+            });
         }
-        let ptx = target_dir.join("nvptx64-nvidia-cuda/megaops-ptx").join(format!("{}.ptx", self.lib_name));
+        let ptx = target_dir
+            .join("nvptx64-nvidia-cuda/megaops-ptx")
+            .join(format!("{}.ptx", self.lib_name));
         if !ptx.exists() {
-            return Err(BuildError::NoPtx { package: self.package.clone(), path: ptx });
+            return Err(BuildError::NoPtx {
+                package: self.package.clone(),
+                path: ptx,
+            });
         }
         Ok(ptx)
     }
@@ -159,7 +200,12 @@ impl PtxBuilder {
         let mut src = String::from("// Generated by megaops-build: one PTX module per GPU architecture.\n");
         src.push_str("pub static MODULES: &[(&str, &str)] = &[\n");
         for (arch, path) in embedded {
-            let _ = writeln!(src, "    ({:?}, include_str!({:?})),", arch.name(), path.display().to_string());
+            let _ = writeln!(
+                src,
+                "    ({:?}, include_str!({:?})),",
+                arch.name(),
+                path.display().to_string()
+            );
         }
         src.push_str("];\n");
         let path = self.out_dir.join(EMBED_FILE);
@@ -169,7 +215,11 @@ impl PtxBuilder {
 
 /// `<target>/<profile>/build/<pkg>-<hash>/out` → `<target>/megaops-ptx`.
 fn default_target_dir(out_dir: &Path) -> PathBuf {
-    out_dir.ancestors().nth(4).map(|t| t.join("megaops-ptx")).unwrap_or_else(|| out_dir.join("megaops-ptx"))
+    out_dir
+        .ancestors()
+        .nth(4)
+        .map(|t| t.join("megaops-ptx"))
+        .unwrap_or_else(|| out_dir.join("megaops-ptx"))
 }
 
 #[cfg(test)]

@@ -74,6 +74,10 @@ pub enum BuildError {
 
 impl BuildError {
     pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        BuildError::Io { action, path: path.into(), source }
+        BuildError::Io {
+            action,
+            path: path.into(),
+            source,
+        }
     }
 }

@@ -41,7 +41,8 @@ impl LinkRequest {
         while let Some(arg) = it.next() {
             let s = arg.to_string_lossy().into_owned();
             let mut value = |flag: &str| {
-                it.next().ok_or_else(|| BuildError::LinkerArgs(format!("`{flag}` needs a value")))
+                it.next()
+                    .ok_or_else(|| BuildError::LinkerArgs(format!("`{flag}` needs a value")))
             };
             match s.as_str() {
                 "--export-symbol" => req.exports.push(value(&s)?.to_string_lossy().into_owned()),
@@ -70,7 +71,9 @@ impl LinkRequest {
 pub fn run_if_linker() {
     // The nested build also runs build scripts (with the same environment), so linker
     // mode is keyed to the exact executable rustc was told to call.
-    let Some(linker) = std::env::var_os(crate::LINKER_MODE_ENV) else { return };
+    let Some(linker) = std::env::var_os(crate::LINKER_MODE_ENV) else {
+        return;
+    };
     let me = std::env::current_exe().ok();
     if me.as_deref() != Some(std::path::Path::new(&linker)) {
         return;
@@ -90,7 +93,10 @@ pub fn run_if_linker() {
 
 /// Links bitcode to PTX as described in the module docs.
 pub fn link(tc: &Toolchain, req: &LinkRequest) -> Result<(), BuildError> {
-    let output = req.output.clone().ok_or_else(|| BuildError::LinkerArgs("no output".into()))?;
+    let output = req
+        .output
+        .clone()
+        .ok_or_else(|| BuildError::LinkerArgs("no output".into()))?;
     let work = output.with_extension("megaops-link");
     std::fs::create_dir_all(&work).map_err(|e| BuildError::io("creating", &work, e))?;
 
@@ -166,7 +172,10 @@ pub fn apply_launch_bounds(ptx: &str) -> String {
     let mut pending: Option<(u32, u32)> = None;
     for line in kept {
         let trimmed = line.trim_start();
-        if let Some(rest) = trimmed.strip_prefix(".visible .entry ").or_else(|| trimmed.strip_prefix(".entry ")) {
+        if let Some(rest) = trimmed
+            .strip_prefix(".visible .entry ")
+            .or_else(|| trimmed.strip_prefix(".entry "))
+        {
             let name = rest.split('(').next().unwrap_or_default().trim();
             pending = bounds.iter().find(|(n, _, _)| n == name).map(|&(_, t, m)| (t, m));
         }
@@ -238,7 +247,10 @@ fn extract_bitcode_members(archive: &Path, dir: &Path) -> Result<Vec<PathBuf>, B
 }
 
 fn sanitize(name: &str) -> String {
-    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
+    let s: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' })
+        .collect();
     if s.ends_with(".o") { s } else { format!("{s}.o") }
 }
 

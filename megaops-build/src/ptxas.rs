@@ -9,7 +9,12 @@ use std::process::Command;
 /// (`pip install nvidia-cuda-nvcc==13.0.88`), then `PATH`, then `/usr/local/cuda/bin`.
 /// The error says where it looked.
 pub fn find() -> Result<PathBuf, String> {
-    let works = |p: &Path| Command::new(p).arg("--version").output().is_ok_and(|o| o.status.success());
+    let works = |p: &Path| {
+        Command::new(p)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
     let mut tried = Vec::new();
     if let Some(p) = std::env::var_os("PTXAS").map(PathBuf::from) {
         if works(&p) {
@@ -69,7 +74,10 @@ pub fn assemble(ptxas: &Path, arch: &str, ptx: &str, dir: &Path, name: &str) -> 
         .map_err(|e| format!("running {}: {e}", ptxas.display()))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() || stderr.lines().any(|l| l.contains("error")) {
-        return Err(format!("ptxas -arch={arch} failed on {name} ({}):\n{stderr}", out.status));
+        return Err(format!(
+            "ptxas -arch={arch} failed on {name} ({}):\n{stderr}",
+            out.status
+        ));
     }
     Ok(parse_report(&stderr))
 }
@@ -88,7 +96,10 @@ pub fn parse_report(stderr: &str) -> Vec<EntryReport> {
     for line in stderr.lines() {
         if let Some(rest) = line.split("Compiling entry function '").nth(1) {
             let name = rest.split('\'').next().unwrap_or_default().to_string();
-            entries.push(EntryReport { name, ..Default::default() });
+            entries.push(EntryReport {
+                name,
+                ..Default::default()
+            });
         } else if let Some(e) = entries.last_mut() {
             if line.contains("bytes stack frame") {
                 e.stack = number_before(line, "bytes stack frame");
@@ -117,7 +128,15 @@ mod tests {
         let r = parse_report(text);
         assert_eq!(
             r,
-            [EntryReport { name: "k__cfg0".into(), registers: 56, stack: 32, spill_stores: 4, spill_loads: 8, barriers: 1, smem: 1024 }]
+            [EntryReport {
+                name: "k__cfg0".into(),
+                registers: 56,
+                stack: 32,
+                spill_stores: 4,
+                spill_loads: 8,
+                barriers: 1,
+                smem: 1024
+            }]
         );
     }
 }

@@ -18,12 +18,19 @@ pub struct Toolchain {
 impl Toolchain {
     /// Finds the toolchain the current build runs under.
     pub fn current() -> Result<Self, BuildError> {
-        let rustc = std::env::var_os("RUSTC").map(PathBuf::from).unwrap_or_else(|| "rustc".into());
-        let cargo = std::env::var_os("CARGO").map(PathBuf::from).unwrap_or_else(|| "cargo".into());
+        let rustc = std::env::var_os("RUSTC")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "rustc".into());
+        let cargo = std::env::var_os("CARGO")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "cargo".into());
         let out = Command::new(&rustc)
             .args(["--print", "sysroot"])
             .output()
-            .map_err(|source| BuildError::Spawn { program: rustc.display().to_string(), source })?;
+            .map_err(|source| BuildError::Spawn {
+                program: rustc.display().to_string(),
+                source,
+            })?;
         let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
         let name = std::env::var("RUSTUP_TOOLCHAIN").unwrap_or_else(|_| {
             sysroot
@@ -31,7 +38,12 @@ impl Toolchain {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "nightly".into())
         });
-        Ok(Toolchain { rustc, cargo, sysroot, name })
+        Ok(Toolchain {
+            rustc,
+            cargo,
+            sysroot,
+            name,
+        })
     }
 
     /// Directory of `llvm-link`, `opt` and `llc` (component `llvm-tools`).
@@ -77,10 +89,16 @@ pub(crate) fn run_tool(program: &Path, args: &[&std::ffi::OsStr], output: &Path)
     let out = Command::new(program)
         .args(args)
         .output()
-        .map_err(|source| BuildError::Spawn { program: program.display().to_string(), source })?;
+        .map_err(|source| BuildError::Spawn {
+            program: program.display().to_string(),
+            source,
+        })?;
     if !out.status.success() {
         return Err(BuildError::LlvmTool {
-            tool: program.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
+            tool: program
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             output: output.to_path_buf(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         });

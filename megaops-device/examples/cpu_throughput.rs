@@ -57,10 +57,7 @@ fn run(gpu: &VirtualGpu, name: &str, submit: &dyn Fn(&VirtualGpu)) {
 
 /// CPU time of the calling thread in seconds (the scheduler runs on it).
 fn thread_cpu_time() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable `timespec`; the clock id is a constant.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     if rc != 0 {
@@ -91,16 +88,11 @@ fn main() {
     run(&gpu, "barriers: 256x256, 16 bar.sync", &|g| {
         g.launch(
             s0,
-            CpuLaunch::new(
-                "barriers",
-                Dim3::new(256, 1, 1),
-                Dim3::new(256, 1, 1),
-                || {
-                    for _ in 0..16 {
-                        hooks::barrier(0, None);
-                    }
-                },
-            ),
+            CpuLaunch::new("barriers", Dim3::new(256, 1, 1), Dim3::new(256, 1, 1), || {
+                for _ in 0..16 {
+                    hooks::barrier(0, None);
+                }
+            }),
         )
         .expect("valid launch");
     });
@@ -108,23 +100,16 @@ fn main() {
     run(&gpu, "shuffles: 256x256, 4x5 shfl.xor", &|g| {
         g.launch(
             s0,
-            CpuLaunch::new(
-                "shuffles",
-                Dim3::new(256, 1, 1),
-                Dim3::new(256, 1, 1),
-                || {
-                    let lane = tid() % 32;
-                    let mut v = lane;
-                    for _ in 0..4 {
-                        for m in [16, 8, 4, 2, 1] {
-                            v = v.wrapping_add(
-                                hooks::warp_exchange(u32::MAX, v)[(lane ^ m) as usize],
-                            );
-                        }
+            CpuLaunch::new("shuffles", Dim3::new(256, 1, 1), Dim3::new(256, 1, 1), || {
+                let lane = tid() % 32;
+                let mut v = lane;
+                for _ in 0..4 {
+                    for m in [16, 8, 4, 2, 1] {
+                        v = v.wrapping_add(hooks::warp_exchange(u32::MAX, v)[(lane ^ m) as usize]);
                     }
-                    std::hint::black_box(v);
-                },
-            ),
+                }
+                std::hint::black_box(v);
+            }),
         )
         .expect("valid launch");
     });
@@ -135,71 +120,55 @@ fn main() {
         const TILES: u32 = 512;
         let sem: Arc<Vec<AtomicI32>> = Arc::new((0..TILES).map(|_| AtomicI32::new(0)).collect());
         let begin = Arc::new(AtomicI32::new(0));
-        let data: Arc<Vec<AtomicU32>> =
-            Arc::new((0..TILES * 128).map(|_| AtomicU32::new(0)).collect());
+        let data: Arc<Vec<AtomicU32>> = Arc::new((0..TILES * 128).map(|_| AtomicU32::new(0)).collect());
         let f = begin.clone();
         g.launch(
             s1,
-            CpuLaunch::new(
-                "wait_begin",
-                Dim3::new(1, 1, 1),
-                Dim3::new(1, 1, 1),
-                move || {
-                    let site = WaitSite {
-                        sem: f.as_ptr(),
-                        target: 1,
-                        launch_id: 1,
-                        tile: 0,
-                        tensor_id: 0,
-                        sem_index: 0,
-                    };
-                    hooks::wait_until(&site);
-                },
-            ),
+            CpuLaunch::new("wait_begin", Dim3::new(1, 1, 1), Dim3::new(1, 1, 1), move || {
+                let site = WaitSite {
+                    sem: f.as_ptr(),
+                    target: 1,
+                    launch_id: 1,
+                    tile: 0,
+                    tensor_id: 0,
+                    sem_index: 0,
+                };
+                hooks::wait_until(&site);
+            }),
         )
         .expect("valid launch");
         let (s, d) = (sem.clone(), data.clone());
         g.launch(
             s1,
-            CpuLaunch::new(
-                "consumer",
-                Dim3::new(TILES, 1, 1),
-                Dim3::new(128, 1, 1),
-                move || {
-                    let c = hooks::block_idx().x;
-                    let site = WaitSite {
-                        sem: s[c as usize].as_ptr(),
-                        target: 1,
-                        launch_id: 3,
-                        tile: c,
-                        tensor_id: 1,
-                        sem_index: c,
-                    };
-                    hooks::wait_until(&site);
-                    std::hint::black_box(d[(c * 128 + tid()) as usize].load(Ordering::Relaxed));
-                },
-            ),
+            CpuLaunch::new("consumer", Dim3::new(TILES, 1, 1), Dim3::new(128, 1, 1), move || {
+                let c = hooks::block_idx().x;
+                let site = WaitSite {
+                    sem: s[c as usize].as_ptr(),
+                    target: 1,
+                    launch_id: 3,
+                    tile: c,
+                    tensor_id: 1,
+                    sem_index: c,
+                };
+                hooks::wait_until(&site);
+                std::hint::black_box(d[(c * 128 + tid()) as usize].load(Ordering::Relaxed));
+            }),
         )
         .expect("valid launch");
         let (s, d, f) = (sem.clone(), data.clone(), begin.clone());
         g.launch(
             s0,
-            CpuLaunch::new(
-                "producer",
-                Dim3::new(TILES, 1, 1),
-                Dim3::new(128, 1, 1),
-                move || {
-                    let c = hooks::block_idx().x;
-                    if tid() == 0 {
-                        f.store(1, Ordering::Release);
-                    }
-                    d[(c * 128 + tid()) as usize].store(c, Ordering::Relaxed);
-                    hooks::barrier(0, None);
-                    if tid() == 0 {
-                        s[c as usize].fetch_add(1, Ordering::Release);
-                    }
-                },
-            ),
+            CpuLaunch::new("producer", Dim3::new(TILES, 1, 1), Dim3::new(128, 1, 1), move || {
+                let c = hooks::block_idx().x;
+                if tid() == 0 {
+                    f.store(1, Ordering::Release);
+                }
+                d[(c * 128 + tid()) as usize].store(c, Ordering::Relaxed);
+                hooks::barrier(0, None);
+                if tid() == 0 {
+                    s[c as usize].fetch_add(1, Ordering::Release);
+                }
+            }),
         )
         .expect("valid launch");
     });
@@ -223,8 +192,7 @@ fn main() {
 /// Memory mappings (kernel VMAs) of this process (Linux), for the `vm.max_map_count`
 /// budget the coroutine stacks draw on.
 fn mappings() -> String {
-    std::fs::read_to_string("/proc/self/maps")
-        .map_or_else(|_| "unknown".to_string(), |s| s.lines().count().to_string())
+    std::fs::read_to_string("/proc/self/maps").map_or_else(|_| "unknown".to_string(), |s| s.lines().count().to_string())
 }
 
 /// Peak resident set size of this process (Linux), for the memory bound of the stacks.

@@ -198,12 +198,7 @@ mod tests {
             -0.0,
         ];
         for x in cases {
-            assert_eq!(
-                f32_to_bf16(x).to_bits(),
-                rne_bf16(x),
-                "{x:e} ({:#x})",
-                x.to_bits()
-            );
+            assert_eq!(f32_to_bf16(x).to_bits(), rne_bf16(x), "{x:e} ({:#x})", x.to_bits());
         }
         assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8000)).to_bits(), 0x3f80);
         assert_eq!(f32_to_bf16(f32::from_bits(0x3f81_8000)).to_bits(), 0x3f82);
@@ -223,17 +218,9 @@ mod tests {
         assert_eq!(f32_to_f16(1.0 + 2f32.powi(-11)).to_bits(), 0x3c00);
         // 1 + 3 * 2^-11 is halfway between 1 + 2^-10 (odd) and 1 + 2^-9: rounds up.
         assert_eq!(f32_to_f16(1.0 + 3.0 * 2f32.powi(-11)).to_bits(), 0x3c02);
-        assert_eq!(
-            f32_to_f16(65520.0).to_bits(),
-            0x7c00,
-            "overflows to infinity"
-        );
+        assert_eq!(f32_to_f16(65520.0).to_bits(), 0x7c00, "overflows to infinity");
         assert_eq!(f32_to_f16(65519.0).to_bits(), 0x7bff);
-        assert_eq!(
-            f16_to_f32(f16::from_bits(0x0001)),
-            2f32.powi(-24),
-            "smallest subnormal"
-        );
+        assert_eq!(f16_to_f32(f16::from_bits(0x0001)), 2f32.powi(-24), "smallest subnormal");
     }
 
     #[test]

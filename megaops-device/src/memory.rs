@@ -151,11 +151,7 @@ pub unsafe fn st_global_v4_u32(p: *mut u32, v: [u32; 4]) {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        check_align(
-            p as usize,
-            16,
-            "st_global_v4_u32: misaligned address (needs 16 bytes)",
-        );
+        check_align(p as usize, 16, "st_global_v4_u32: misaligned address (needs 16 bytes)");
         // SAFETY: the caller guarantees 16 valid bytes; alignment checked above.
         unsafe { p.cast::<[u32; 4]>().write(v) }
     }
@@ -179,11 +175,7 @@ pub unsafe fn st_global_v2_u32(p: *mut u32, v: [u32; 2]) {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        check_align(
-            p as usize,
-            8,
-            "st_global_v2_u32: misaligned address (needs 8 bytes)",
-        );
+        check_align(p as usize, 8, "st_global_v2_u32: misaligned address (needs 8 bytes)");
         // SAFETY: the caller guarantees 8 valid bytes; alignment checked above.
         unsafe { p.cast::<[u32; 2]>().write(v) }
     }
@@ -310,11 +302,7 @@ pub unsafe fn cp_async_cg_16_zfill(dst: SharedPtr<u8>, src: *const u8, src_size:
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        check_align(
-            src as usize,
-            16,
-            "cp_async_cg_16_zfill: misaligned source address",
-        );
+        check_align(src as usize, 16, "cp_async_cg_16_zfill: misaligned source address");
         check_align(
             dst.as_ptr() as usize,
             16,

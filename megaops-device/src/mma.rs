@@ -272,10 +272,7 @@ fn mma_host(a: [u32; 4], b: [u32; 2], c: [f32; 4], elem: fn(u16) -> f32) -> [f32
     let all = hooks::warp_exchange(FULL_MASK, (a, b));
     let a_frags: [[u32; 4]; 32] = core::array::from_fn(|l| all[l].0);
     let b_frags: [[u32; 2]; 32] = core::array::from_fn(|l| all[l].1);
-    let (am, bm) = (
-        layout::a_matrix(&a_frags, elem),
-        layout::b_matrix(&b_frags, elem),
-    );
+    let (am, bm) = (layout::a_matrix(&a_frags, elem), layout::b_matrix(&b_frags, elem));
     layout::mma_lane(&am, &bm, c, lane_id())
 }
 
@@ -340,18 +337,14 @@ mod tests {
     type Mats = ([[f32; 16]; 16], [[f32; 8]; 16], [[f32; 8]; 16]);
 
     fn test_matrices() -> Mats {
-        let a =
-            core::array::from_fn(|r| core::array::from_fn(|k| ((r * 7 + k * 3) % 11) as f32 - 5.0));
-        let b =
-            core::array::from_fn(|k| core::array::from_fn(|n| ((k * 5 + n * 13) % 9) as f32 - 4.0));
+        let a = core::array::from_fn(|r| core::array::from_fn(|k| ((r * 7 + k * 3) % 11) as f32 - 5.0));
+        let b = core::array::from_fn(|k| core::array::from_fn(|n| ((k * 5 + n * 13) % 9) as f32 - 4.0));
         let c = core::array::from_fn(|r| core::array::from_fn(|n| (r * 8 + n) as f32 * 0.5));
         (a, b, c)
     }
 
     fn matmul(a: &[[f32; 16]; 16], b: &[[f32; 8]; 16], c: &[[f32; 8]; 16]) -> [[f32; 8]; 16] {
-        core::array::from_fn(|r| {
-            core::array::from_fn(|n| c[r][n] + (0..16).map(|k| a[r][k] * b[k][n]).sum::<f32>())
-        })
+        core::array::from_fn(|r| core::array::from_fn(|n| c[r][n] + (0..16).map(|k| a[r][k] * b[k][n]).sum::<f32>()))
     }
 
     #[test]
@@ -407,12 +400,10 @@ mod tests {
         let (a, ..) = test_matrices();
         let a_bits: [[u16; 16]; 16] = a.map(|row| row.map(bf16));
         // Matrix m of x4 = quadrant (rows 8*(m%2).., cols 8*(m/2)..).
-        let quadrant_row = |m: usize, r: usize| -> [u16; 8] {
-            core::array::from_fn(|c| a_bits[8 * (m % 2) + r][8 * (m / 2) + c])
-        };
+        let quadrant_row =
+            |m: usize, r: usize| -> [u16; 8] { core::array::from_fn(|c| a_bits[8 * (m % 2) + r][8 * (m / 2) + c]) };
         for lane in 0..32 {
-            let regs: [u32; 4] =
-                core::array::from_fn(|m| ldmatrix_lane(|r| quadrant_row(m, r), lane, false));
+            let regs: [u32; 4] = core::array::from_fn(|m| ldmatrix_lane(|r| quadrant_row(m, r), lane, false));
             assert_eq!(regs, a_fragment(&a_bits, lane), "lane {lane}");
         }
     }
@@ -422,16 +413,12 @@ mod tests {
         let (_, b, _) = test_matrices();
         let b_bits: [[u16; 8]; 16] = b.map(|row| row.map(bf16));
         // N-major (B^T stored row by row, K contiguous): matrix m = k in 8m..8m+8.
-        let n_major_row =
-            |m: usize, r: usize| -> [u16; 8] { core::array::from_fn(|c| b_bits[8 * m + c][r]) };
+        let n_major_row = |m: usize, r: usize| -> [u16; 8] { core::array::from_fn(|c| b_bits[8 * m + c][r]) };
         // K-major (B stored row by row, N contiguous): matrix m = rows 8m..8m+8, transposed.
-        let k_major_row =
-            |m: usize, r: usize| -> [u16; 8] { core::array::from_fn(|c| b_bits[8 * m + r][c]) };
+        let k_major_row = |m: usize, r: usize| -> [u16; 8] { core::array::from_fn(|c| b_bits[8 * m + r][c]) };
         for lane in 0..32 {
-            let plain: [u32; 2] =
-                core::array::from_fn(|m| ldmatrix_lane(|r| n_major_row(m, r), lane, false));
-            let trans: [u32; 2] =
-                core::array::from_fn(|m| ldmatrix_lane(|r| k_major_row(m, r), lane, true));
+            let plain: [u32; 2] = core::array::from_fn(|m| ldmatrix_lane(|r| n_major_row(m, r), lane, false));
+            let trans: [u32; 2] = core::array::from_fn(|m| ldmatrix_lane(|r| k_major_row(m, r), lane, true));
             assert_eq!(plain, b_fragment(&b_bits, lane), "lane {lane}");
             assert_eq!(trans, b_fragment(&b_bits, lane), "lane {lane}");
         }

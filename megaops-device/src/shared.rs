@@ -499,10 +499,7 @@ pub const fn __symbol_hash(a: &str, b: &str) -> u64 {
 ///
 /// The crate using it needs no unstable feature of its own.
 #[macro_export]
-#[cfg_attr(
-    target_arch = "nvptx64",
-    allow_internal_unstable(asm_experimental_arch)
-)]
+#[cfg_attr(target_arch = "nvptx64", allow_internal_unstable(asm_experimental_arch))]
 macro_rules! static_shared {
     ($name:ident : $ty:ty) => {{
         #[cfg(target_arch = "nvptx64")]
@@ -551,10 +548,7 @@ mod tests {
         assert_eq!(__symbol_hash("", ""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(__symbol_hash("a", ""), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(__symbol_hash("ab", "c"), __symbol_hash("a", "bc"));
-        assert_ne!(
-            __symbol_hash("k::a", "src/a.rs"),
-            __symbol_hash("k::b", "src/b.rs")
-        );
+        assert_ne!(__symbol_hash("k::a", "src/a.rs"), __symbol_hash("k::b", "src/b.rs"));
     }
 
     #[test]

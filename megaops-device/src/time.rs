@@ -32,9 +32,7 @@ pub fn global_timer() -> u64 {
     {
         let t: u64;
         // SAFETY: reading a special register; not `pure`, so every call reads it anew.
-        unsafe {
-            core::arch::asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nomem, nostack))
-        }
+        unsafe { core::arch::asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nomem, nostack)) }
         t
     }
     #[cfg(not(target_arch = "nvptx64"))]
@@ -52,9 +50,7 @@ pub fn clock64() -> u64 {
     {
         let t: u64;
         // SAFETY: reading a special register; not `pure`, so every call reads it anew.
-        unsafe {
-            core::arch::asm!("mov.u64 {t}, %clock64;", t = out(reg64) t, options(nomem, nostack))
-        }
+        unsafe { core::arch::asm!("mov.u64 {t}, %clock64;", t = out(reg64) t, options(nomem, nostack)) }
         t
     }
     #[cfg(not(target_arch = "nvptx64"))]

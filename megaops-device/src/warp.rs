@@ -101,11 +101,7 @@ pub mod semantics {
                 (j, j <= max_lane)
             }
         };
-        if pval {
-            (j as u32, true)
-        } else {
-            (lane, false)
-        }
+        if pval { (j as u32, true) } else { (lane, false) }
     }
 
     /// `vote.sync.ballot.b32`: bit *i* set iff lane *i* is in `mask` and its predicate is
@@ -142,11 +138,7 @@ pub mod semantics {
 
     /// `match.all.sync.b32`: `mask` if every lane of `mask` has the same value, else 0.
     pub fn match_all(values: &[u32; 32], mask: u32, lane: u32) -> u32 {
-        if match_any(values, mask, lane) == mask {
-            mask
-        } else {
-            0
-        }
+        if match_any(values, mask, lane) == mask { mask } else { 0 }
     }
 }
 
@@ -289,9 +281,7 @@ pub fn activemask() -> u32 {
     {
         let m: u32;
         // SAFETY: reads the active mask; not `pure`, so it is never moved.
-        unsafe {
-            core::arch::asm!("activemask.b32 {m};", m = out(reg32) m, options(nomem, nostack))
-        }
+        unsafe { core::arch::asm!("activemask.b32 {m};", m = out(reg32) m, options(nomem, nostack)) }
         m
     }
     #[cfg(not(target_arch = "nvptx64"))]
@@ -299,11 +289,7 @@ pub fn activemask() -> u32 {
         let threads = crate::thread::block_dim().volume();
         let first = u64::from(crate::thread::warp_id()) * 32;
         let lanes = threads.saturating_sub(first).min(32) as u32;
-        if lanes == 32 {
-            FULL_MASK
-        } else {
-            (1u32 << lanes) - 1
-        }
+        if lanes == 32 { FULL_MASK } else { (1u32 << lanes) - 1 }
     }
 }
 
@@ -468,11 +454,7 @@ mod tests {
                 "source lane is taken mod 32"
             );
             assert_eq!(src(ShflMode::Bfly, lane, 5, 32), (lane ^ 5, true));
-            let up = if lane >= 3 {
-                (lane - 3, true)
-            } else {
-                (lane, false)
-            };
+            let up = if lane >= 3 { (lane - 3, true) } else { (lane, false) };
             assert_eq!(src(ShflMode::Up, lane, 3, 32), up);
             let down = if lane + 3 <= 31 {
                 (lane + 3, true)
@@ -513,10 +495,7 @@ mod tests {
         // `shfl.up.b32 Ry|p, Rx, 0x1, 0x0`: p is false only in lane 0.
         for lane in 0..32 {
             assert_eq!(shfl_source_lane(ShflMode::Up, lane, 1, 0).1, lane >= 1);
-            assert_eq!(
-                shfl_source_lane(ShflMode::Down, lane, 0x10, 0x1f).1,
-                lane + 16 <= 31
-            );
+            assert_eq!(shfl_source_lane(ShflMode::Down, lane, 0x10, 0x1f).1, lane + 16 <= 31);
         }
     }
 
@@ -527,11 +506,7 @@ mod tests {
         preds[3] = true;
         preds[31] = true;
         assert_eq!(ballot(&preds, FULL_MASK), 0x8000_000a);
-        assert_eq!(
-            ballot(&preds, 0x0000_00ff),
-            0x0a,
-            "lanes outside the mask contribute 0"
-        );
+        assert_eq!(ballot(&preds, 0x0000_00ff), 0x0a, "lanes outside the mask contribute 0");
         assert!(!all(&preds, FULL_MASK));
         assert!(all(&preds, 0x0000_000a));
         assert!(any(&preds, 0x0000_0002));
@@ -553,10 +528,7 @@ mod tests {
         let id = |w| w;
         assert_eq!((-5i64).__map_words(id), -5);
         assert_eq!(1.5f64.__map_words(id), 1.5);
-        assert_eq!(
-            half::bf16::from_f32(2.0).__map_words(id),
-            half::bf16::from_f32(2.0)
-        );
+        assert_eq!(half::bf16::from_f32(2.0).__map_words(id), half::bf16::from_f32(2.0));
         let mut words = Vec::new();
         0x1122_3344_5566_7788u64.__map_words(|w| {
             words.push(w);

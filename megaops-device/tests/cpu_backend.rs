@@ -82,10 +82,7 @@ fn barriers_with_partial_exits() {
     gpu.launch(s, kernel).expect("valid launch");
     gpu.synchronize().expect("completes");
     assert_eq!(bad.load(Ordering::Relaxed), 0);
-    assert_eq!(
-        passes.load(Ordering::Relaxed),
-        (0..n).map(|t| t % 4).sum::<u32>()
-    );
+    assert_eq!(passes.load(Ordering::Relaxed), (0..n).map(|t| t % 4).sum::<u32>());
 }
 
 #[test]
@@ -234,10 +231,7 @@ fn collective_beyond_a_partial_warp_is_an_error() {
         }),
     )
     .expect("valid launch");
-    assert!(matches!(
-        gpu.synchronize(),
-        Err(CpuError::IllegalSync { .. })
-    ));
+    assert!(matches!(gpu.synchronize(), Err(CpuError::IllegalSync { .. })));
 }
 
 /// Producer CTA `c` writes data tile `c` and then releases semaphore `c`; consumer CTA
@@ -245,14 +239,10 @@ fn collective_beyond_a_partial_warp_is_an_error() {
 fn producer_consumer(seed: u64) {
     const TILES: usize = 8;
     const TILE: usize = 64;
-    let data: Arc<Vec<AtomicU32>> =
-        Arc::new((0..TILES * TILE).map(|_| AtomicU32::new(0)).collect());
+    let data: Arc<Vec<AtomicU32>> = Arc::new((0..TILES * TILE).map(|_| AtomicU32::new(0)).collect());
     let out: Arc<Vec<AtomicU32>> = Arc::new((0..TILES * TILE).map(|_| AtomicU32::new(0)).collect());
     let sem = sems(TILES);
-    let gpu = VirtualGpu::new(VgpuConfig {
-        sms: 4,
-        ..cfg(seed)
-    });
+    let gpu = VirtualGpu::new(VgpuConfig { sms: 4, ..cfg(seed) });
     let (a, b) = (gpu.create_stream(), gpu.create_stream());
     let (d, o, s) = (data.clone(), out.clone(), sem.clone());
     gpu.launch(
@@ -281,8 +271,7 @@ fn producer_consumer(seed: u64) {
         }),
     )
     .expect("valid launch");
-    gpu.synchronize()
-        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    gpu.synchronize().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     for (i, v) in out.iter().enumerate() {
         assert_eq!(
             v.load(Ordering::Relaxed),
@@ -411,10 +400,7 @@ fn classic_deadlock_is_reported_on_every_seed() {
                 .all(|w| w.site.sem == sem_addr[w.site.sem_index as usize])
         );
         let queued: Vec<&str> = report.queued.iter().map(|q| q.kernel.as_str()).collect();
-        assert!(
-            queued == ["producer"] || queued == ["long_k0"],
-            "seed {seed}: {report}"
-        );
+        assert!(queued == ["producer"] || queued == ["long_k0"], "seed {seed}: {report}");
         let text = report.to_string();
         assert!(
             text.starts_with("deadlock: every resident CTA is waiting\n  consumer CTA "),
@@ -476,15 +462,9 @@ fn a_kernel_panic_is_reported_and_pending_work_discarded() {
         !ran.load(Ordering::Relaxed),
         "work behind the failed kernel is discarded"
     );
-    assert!(
-        gpu.event_complete(event),
-        "events of discarded work count as complete"
-    );
-    gpu.launch(
-        s,
-        CpuLaunch::new("fine", x(4), x(32), || hooks::barrier(0, None)),
-    )
-    .expect("valid launch");
+    assert!(gpu.event_complete(event), "events of discarded work count as complete");
+    gpu.launch(s, CpuLaunch::new("fine", x(4), x(32), || hooks::barrier(0, None)))
+        .expect("valid launch");
     gpu.synchronize().expect("new work runs after a panic");
 }
 
@@ -492,11 +472,8 @@ fn a_kernel_panic_is_reported_and_pending_work_discarded() {
 fn trap_is_a_kernel_failure() {
     let gpu = VirtualGpu::new(cfg(8));
     let s = gpu.create_stream();
-    gpu.launch(
-        s,
-        CpuLaunch::new("trapper", x(1), x(4), || hooks::trap("bad tile")),
-    )
-    .expect("valid launch");
+    gpu.launch(s, CpuLaunch::new("trapper", x(1), x(4), || hooks::trap("bad tile")))
+        .expect("valid launch");
     match gpu.synchronize() {
         Err(e @ CpuError::KernelPanic { .. }) => {
             assert!(e.to_string().contains("kernel `trapper` panicked"), "{e}");
@@ -529,10 +506,7 @@ fn launch_validation_names_kernel_and_limit() {
         CpuLaunch::new("big", Dim3::new(4, 0, 1), x(64), || {}),
         "grid (4,0,1) is empty",
     );
-    check(
-        CpuLaunch::new("big", x(1), Dim3::new(1, 1, 0), || {}),
-        "is empty",
-    );
+    check(CpuLaunch::new("big", x(1), Dim3::new(1, 1, 0), || {}), "is empty");
     check(
         CpuLaunch::new("big", x(1), Dim3::new(1, 1, 128), || {}),
         "exceeds CUDA's limit",
@@ -611,17 +585,12 @@ fn synchronize_stream_leaves_other_streams_mid_way() {
         }),
     )
     .expect("valid launch");
-    gpu.launch(
-        b,
-        CpuLaunch::new("quick", x(2), x(32), || hooks::barrier(0, None)),
-    )
-    .expect("valid launch");
-    gpu.synchronize_stream(b)
-        .expect("stream b completes while a waits");
+    gpu.launch(b, CpuLaunch::new("quick", x(2), x(32), || hooks::barrier(0, None)))
+        .expect("valid launch");
+    gpu.synchronize_stream(b).expect("stream b completes while a waits");
     assert!(!done.load(Ordering::Relaxed));
     sem[0].store(1, Ordering::Release);
-    gpu.synchronize()
-        .expect("a completes once the host signalled");
+    gpu.synchronize().expect("a completes once the host signalled");
     assert!(done.load(Ordering::Relaxed));
 }
 
@@ -670,10 +639,7 @@ fn thousands_of_threads_run_with_bounded_stacks() {
 
 /// The order in which threads pass their scheduling points, for one seed.
 fn trace(seed: u64) -> Vec<(u32, u32, u32)> {
-    let gpu = VirtualGpu::new(VgpuConfig {
-        sms: 2,
-        ..cfg(seed)
-    });
+    let gpu = VirtualGpu::new(VgpuConfig { sms: 2, ..cfg(seed) });
     let (a, b) = (gpu.create_stream(), gpu.create_stream());
     let log = Arc::new(Mutex::new(Vec::new()));
     for (k, s) in [(0u32, a), (1u32, b)] {
@@ -682,11 +648,9 @@ fn trace(seed: u64) -> Vec<(u32, u32, u32)> {
             s,
             CpuLaunch::new(format!("k{k}"), x(3), x(8), move || {
                 for step in 0..3 {
-                    l.lock().expect("not poisoned").push((
-                        k * 100 + hooks::block_idx().x,
-                        linear_tid(),
-                        step,
-                    ));
+                    l.lock()
+                        .expect("not poisoned")
+                        .push((k * 100 + hooks::block_idx().x, linear_tid(), step));
                     hooks::yield_now();
                 }
             }),
@@ -760,9 +724,7 @@ fn a_barrier_that_can_never_fill_is_a_deadlock() {
             let text = r.to_string();
             assert!(
                 text.contains("short_barrier CTA 0 (block (0,0,0), SM ")
-                    && text.contains(
-                        "threads 0..=31 (32) wait at barrier 1 (32 of 64 threads arrived)"
-                    ),
+                    && text.contains("threads 0..=31 (32) wait at barrier 1 (32 of 64 threads arrived)"),
                 "{text}"
             );
         }
@@ -827,10 +789,7 @@ fn synchronize_inside_a_host_operation_is_refused() {
         }),
     );
     gpu.synchronize().expect("completes");
-    assert_eq!(
-        *seen.lock().expect("not poisoned"),
-        Some(Err(CpuError::Reentrant))
-    );
+    assert_eq!(*seen.lock().expect("not poisoned"), Some(Err(CpuError::Reentrant)));
 }
 
 #[test]
@@ -885,11 +844,8 @@ fn suspended_threads_continue_on_another_host_thread() {
         }),
     )
     .expect("valid launch");
-    gpu.launch(
-        b,
-        CpuLaunch::new("quick", x(1), x(32), || hooks::barrier(0, None)),
-    )
-    .expect("valid launch");
+    gpu.launch(b, CpuLaunch::new("quick", x(1), x(32), || hooks::barrier(0, None)))
+        .expect("valid launch");
     // On this host thread: the waiter's CTAs become resident and block.
     gpu.synchronize_stream(b).expect("stream b completes");
     assert_eq!(out.load(Ordering::Relaxed), 0);
@@ -911,9 +867,7 @@ fn suspended_threads_continue_on_another_host_thread() {
 /// them) on the virtual GPU: a producer with 64-element kernel tiles and a consumer with
 /// 256-element kernel tiles meet on 128-element data tiles.
 fn sync_runtime_program(seed: u64, with_producer: bool) -> Result<(Vec<u32>, Vec<i32>), CpuError> {
-    use megaops_device::sync::{
-        self, CtaRemap, DimTiling, EPOCH_STRIDE, KernelCtx, ProducerTile, TileSync,
-    };
+    use megaops_device::sync::{self, CtaRemap, DimTiling, EPOCH_STRIDE, KernelCtx, ProducerTile, TileSync};
     const N: u32 = 512;
     let data: Arc<Vec<AtomicU32>> = Arc::new((0..N).map(|_| AtomicU32::new(0)).collect());
     let out: Arc<Vec<AtomicU32>> = Arc::new((0..N).map(|_| AtomicU32::new(0)).collect());
@@ -950,10 +904,7 @@ fn sync_runtime_program(seed: u64, with_producer: bool) -> Result<(Vec<u32>, Vec
             let c = hooks::block_idx().x;
             // SAFETY: `ts` describes 4 live semaphores; the error log is null.
             let ok = unsafe { sync::wait_input(&ctx, c, &ts, &region(c * 256, 256)) };
-            assert!(
-                ok,
-                "the CPU backend never gives a wait up by returning false"
-            );
+            assert!(ok, "the CPU backend never gives a wait up by returning false");
             let i = (c * 256 + linear_tid()) as usize;
             o[i].store(2 * d[i].load(Ordering::Relaxed), Ordering::Relaxed);
         }),
@@ -989,19 +940,12 @@ fn sync_runtime_program(seed: u64, with_producer: bool) -> Result<(Vec<u32>, Vec
 fn the_sync_runtime_runs_on_the_virtual_gpu() {
     use megaops_device::sync::EPOCH_STRIDE;
     for seed in 0..16 {
-        let (out, sems) =
-            sync_runtime_program(seed, true).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let (out, sems) = sync_runtime_program(seed, true).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         assert!(
-            out.iter()
-                .enumerate()
-                .all(|(i, &v)| v == 2 * (i as u32 + 1)),
+            out.iter().enumerate().all(|(i, &v)| v == 2 * (i as u32 + 1)),
             "seed {seed}"
         );
-        assert_eq!(
-            sems,
-            vec![EPOCH_STRIDE; 4],
-            "one complete production adds EPOCH_STRIDE"
-        );
+        assert_eq!(sems, vec![EPOCH_STRIDE; 4], "one complete production adds EPOCH_STRIDE");
     }
     // Without the producer, every consumer thread is reported at its first data tile.
     match sync_runtime_program(0, false) {

@@ -98,17 +98,11 @@ fn six_full_virtual_gpus_run_concurrently() {
             .expect("worker thread")
             .unwrap_or_else(|e| panic!("virtual GPU {g}: {e}"));
         assert_eq!(done, THREADS, "virtual GPU {g}");
-        assert_eq!(
-            stacks, THREADS as u64,
-            "virtual GPU {g}: every thread resident at once"
-        );
+        assert_eq!(stacks, THREADS as u64, "virtual GPU {g}: every thread resident at once");
     }
     if let Some(maps) = maps {
         // A few dozen per virtual GPU; other tests of this binary add their own.
-        assert!(
-            maps < 2_000,
-            "{maps} mappings with {GPUS} full virtual GPUs alive"
-        );
+        assert!(maps < 2_000, "{maps} mappings with {GPUS} full virtual GPUs alive");
     }
 }
 
@@ -173,9 +167,7 @@ fn overflow_in(seed: u64, overflow: fn(u32) -> u32) -> (Arc<VirtualGpu>, CpuErro
         }),
     )
     .expect("valid launch");
-    let err = gpu
-        .synchronize()
-        .expect_err("the stack overflow must be reported");
+    let err = gpu.synchronize().expect_err("the stack overflow must be reported");
     (gpu, err)
 }
 
@@ -278,6 +270,5 @@ fn deep_stacks_within_the_limit_run() {
         }),
     )
     .expect("valid launch");
-    gpu.synchronize()
-        .expect("24 KiB of locals fit a 32 KiB stack");
+    gpu.synchronize().expect("24 KiB of locals fit a 32 KiB stack");
 }

@@ -33,7 +33,7 @@ use crate::runtime;
 use crate::stream::{Event, RawStream, Stream};
 use crate::tensor::Tensor;
 use crate::tiled::{Phase, TiledState};
-use megaops_device::sync::{CtaRemap, KernelCtx, EPOCH_STRIDE, MAX_RANK};
+use megaops_device::sync::{CtaRemap, EPOCH_STRIDE, KernelCtx, MAX_RANK};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -64,7 +64,12 @@ pub struct AsyncOptions {
 
 impl Default for AsyncOptions {
     fn default() -> Self {
-        AsyncOptions { streams: 2, overlap: true, begin_wait: true, partition_sms: None }
+        AsyncOptions {
+            streams: 2,
+            overlap: true,
+            begin_wait: true,
+            partition_sms: None,
+        }
     }
 }
 
@@ -99,19 +104,36 @@ pub(crate) enum CpuOp {
     /// A launch.
     Launch(Arc<PreparedLaunch>),
     /// After everything before it on every stream: set `words` words to `value`.
-    Fill { buffer: Arc<Buffer>, words: usize, value: i32 },
+    Fill {
+        buffer: Arc<Buffer>,
+        words: usize,
+        value: i32,
+    },
 }
 
 impl AsyncStream {
     /// An AsyncStream over `streams` CUDA streams (≥ 1) on `device`.
     pub fn new(device: &Device, streams: usize) -> Result<AsyncStream> {
-        Self::with_options(device, AsyncOptions { streams, ..AsyncOptions::default() })
+        Self::with_options(
+            device,
+            AsyncOptions {
+                streams,
+                ..AsyncOptions::default()
+            },
+        )
     }
 
     /// No-overlap mode: the same kernels on one stream, one after the other (kernel
     /// barriers), without wait kernels. For ablations.
     pub fn serial(device: &Device) -> Result<AsyncStream> {
-        Self::with_options(device, AsyncOptions { streams: 1, overlap: false, ..AsyncOptions::default() })
+        Self::with_options(
+            device,
+            AsyncOptions {
+                streams: 1,
+                overlap: false,
+                ..AsyncOptions::default()
+            },
+        )
     }
 
     /// An AsyncStream built from `opts`.
@@ -121,7 +143,10 @@ impl AsyncStream {
         }
         let n = if opts.overlap { opts.streams } else { 1 };
         let streams = (0..n).map(|_| Stream::new(device)).collect::<Result<Vec<_>>>()?;
-        let partition = opts.partition_sms.map(|sms| SmPartition::new(device, sms)).transpose()?;
+        let partition = opts
+            .partition_sms
+            .map(|sms| SmPartition::new(device, sms))
+            .transpose()?;
         Ok(AsyncStream {
             device: device.clone(),
             streams,
@@ -147,7 +172,9 @@ impl AsyncStream {
     }
 
     fn all_streams(&self) -> impl Iterator<Item = &Stream> {
-        self.streams.iter().chain(self.partition.iter().map(SmPartition::stream))
+        self.streams
+            .iter()
+            .chain(self.partition.iter().map(SmPartition::stream))
     }
 
     /// Number of streams.
@@ -205,7 +232,10 @@ impl AsyncStream {
             if inner.capture.is_some() {
                 return Err(Error::Invalid("AsyncStream::capture cannot be nested".into()));
             }
-            inner.capture = Some(Capture { touched: Vec::new(), cpu_ops: Vec::new() });
+            inner.capture = Some(Capture {
+                touched: Vec::new(),
+                cpu_ops: Vec::new(),
+            });
             inner.prev = None;
             inner.hazards.clear();
         }
@@ -219,7 +249,10 @@ impl AsyncStream {
         let capture = capture.ok_or_else(|| Error::Invalid("capture state lost".into()))?;
         // Host state matches the device after a replay: restored semaphores, complete data.
         for (h, before) in &capture.touched {
-            *lock(&h.state) = TiledState { epoch: before.epoch, phase: Phase::Complete };
+            *lock(&h.state) = TiledState {
+                epoch: before.epoch,
+                phase: Phase::Complete,
+            };
         }
         let body = match graph_body {
             Some(g) => GraphBody::Cuda(g),
@@ -228,13 +261,18 @@ impl AsyncStream {
         Ok(Graph::new(self.device.clone(), body, buffers))
     }
 
-    fn capture_inner(&self, body: impl FnOnce(&AsyncStream) -> Result<()>) -> Result<(Option<cudarc::driver::CudaGraph>, Vec<Arc<Buffer>>)> {
+    fn capture_inner(
+        &self,
+        body: impl FnOnce(&AsyncStream) -> Result<()>,
+    ) -> Result<(Option<cudarc::driver::CudaGraph>, Vec<Arc<Buffer>>)> {
         for s in self.all_streams() {
             s.begin_capture_retention();
         }
         let cuda = matches!(self.device.backend(), DeviceBackend::Cuda(_));
         if cuda {
-            let RawStream::Cuda(s0) = self.streams[0].raw() else { unreachable_backend()? };
+            let RawStream::Cuda(s0) = self.streams[0].raw() else {
+                unreachable_backend()?
+            };
             s0.begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
                 .ctx(|| "beginning a graph capture".into())?;
             // Reset the begin flag inside the graph, then fork the other streams.
@@ -244,13 +282,20 @@ impl AsyncStream {
                 s.wait_event(&fork)?;
             }
         } else {
-            self.record_cpu(CpuOp::Fill { buffer: self.flag.buffer().clone(), words: 1, value: 0 });
+            self.record_cpu(CpuOp::Fill {
+                buffer: self.flag.buffer().clone(),
+                words: 1,
+                value: 0,
+            });
         }
         let run = body(self);
         // Join, restore semaphores, end the capture — also when the body failed.
         let finish = (|| -> Result<Option<cudarc::driver::CudaGraph>> {
-            let touched: Vec<(TiledHandle, TiledState)> =
-                lock(&self.inner).capture.as_ref().map(|c| c.touched.clone()).unwrap_or_default();
+            let touched: Vec<(TiledHandle, TiledState)> = lock(&self.inner)
+                .capture
+                .as_ref()
+                .map(|c| c.touched.clone())
+                .unwrap_or_default();
             if cuda {
                 for s in self.all_streams().skip(1) {
                     self.streams[0].wait_event(&s.record_marker()?)?;
@@ -259,7 +304,9 @@ impl AsyncStream {
                     let value = (before.epoch as i32).wrapping_mul(EPOCH_STRIDE);
                     self.memset_d32(0, h.sema.addr(), value, h.sema_count)?;
                 }
-                let RawStream::Cuda(s0) = self.streams[0].raw() else { unreachable_backend()? };
+                let RawStream::Cuda(s0) = self.streams[0].raw() else {
+                    unreachable_backend()?
+                };
                 let g = s0
                     .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
                     .ctx(|| "ending the graph capture".into())?
@@ -268,7 +315,11 @@ impl AsyncStream {
             } else {
                 for (h, before) in &touched {
                     let value = (before.epoch as i32).wrapping_mul(EPOCH_STRIDE);
-                    self.record_cpu(CpuOp::Fill { buffer: h.sema.clone(), words: h.sema_count, value });
+                    self.record_cpu(CpuOp::Fill {
+                        buffer: h.sema.clone(),
+                        words: h.sema_count,
+                        value,
+                    });
                 }
                 Ok(None)
             }
@@ -286,7 +337,9 @@ impl AsyncStream {
     }
 
     fn memset_d32(&self, stream: usize, addr: u64, value: i32, words: usize) -> Result<()> {
-        let RawStream::Cuda(s) = self.streams[stream].raw() else { return unreachable_backend() };
+        let RawStream::Cuda(s) = self.streams[stream].raw() else {
+            return unreachable_backend();
+        };
         // SAFETY: `addr` is a device buffer of at least `words` 32-bit words kept alive by
         // the caller (semaphores of a Tiled tensor, or the begin flag).
         unsafe { cudarc::driver::sys::cuMemsetD32Async(addr, value as u32, words, s.cu_stream()) }
@@ -298,7 +351,9 @@ impl AsyncStream {
     fn hazard_waits(inner: &Inner, s: usize, launch: &PreparedLaunch) -> Vec<Arc<Event>> {
         let mut waits: Vec<Arc<Event>> = Vec::new();
         for a in &launch.accesses {
-            let Some(h) = inner.hazards.get(&a.buffer.addr()) else { continue };
+            let Some(h) = inner.hazards.get(&a.buffer.addr()) else {
+                continue;
+            };
             let other = |(i, e): &(usize, Arc<Event>)| (*i != s).then(|| e.clone());
             // Read-after-write needs a wait unless semaphores order it.
             if !a.synced || a.write {
@@ -345,7 +400,10 @@ impl LaunchTarget for AsyncStream {
         let n = self.streams.len();
         let s = if launch.partition {
             if self.partition.is_none() {
-                return Err(Error::launch(launch.kernel, "asked for the SM partition, but this AsyncStream has none (AsyncOptions::partition_sms)"));
+                return Err(Error::launch(
+                    launch.kernel,
+                    "asked for the SM partition, but this AsyncStream has none (AsyncOptions::partition_sms)",
+                ));
             }
             n
         } else if self.overlap {
@@ -372,7 +430,12 @@ impl LaunchTarget for AsyncStream {
                 };
                 self.device.notes().insert(
                     wait_id,
-                    LaunchNote { kernel: launch.kernel.to_string(), tile_grid: vec![1], tensors: vec![], waits_for: Some(prev_kernel.to_string()) },
+                    LaunchNote {
+                        kernel: launch.kernel.to_string(),
+                        tile_grid: vec![1],
+                        tensors: vec![],
+                        waits_for: Some(prev_kernel.to_string()),
+                    },
                 );
                 Some((token, ctx))
             }
@@ -433,8 +496,12 @@ impl AsyncStream {
                     let addr = buffer.addr();
                     let (words, value) = (*words, *value);
                     let keep = buffer.clone();
-                    let RawStream::Cpu(id) = self.streams[0].raw() else { return unreachable_backend() };
-                    let DeviceBackend::Cpu(c) = self.device.backend() else { return unreachable_backend() };
+                    let RawStream::Cpu(id) = self.streams[0].raw() else {
+                        return unreachable_backend();
+                    };
+                    let DeviceBackend::Cpu(c) = self.device.backend() else {
+                        return unreachable_backend();
+                    };
                     c.vgpu.enqueue(
                         *id,
                         Box::new(move || {

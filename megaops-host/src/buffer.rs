@@ -26,7 +26,12 @@ impl Buffer {
                 (p as u64, cap)
             }
         };
-        Ok(Buffer { device: device.clone(), addr, bytes, capacity })
+        Ok(Buffer {
+            device: device.clone(),
+            addr,
+            bytes,
+            capacity,
+        })
     }
 
     /// Device address (a host address on the CPU backend).

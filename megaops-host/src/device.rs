@@ -1,8 +1,8 @@
 //! [`Device`]: a CUDA GPU or the CPU backend, behind one API.
 
-use crate::backend::cpu::CpuDevice;
-use crate::backend::cuda::{lock, CudaDevice};
 use crate::backend::BackendKind;
+use crate::backend::cpu::CpuDevice;
+use crate::backend::cuda::{CudaDevice, lock};
 use crate::buffer::Buffer;
 use crate::error::{CudaContext as _, Error, Result, SyncFailure};
 use crate::notes::LaunchNotes;
@@ -157,7 +157,9 @@ impl Device {
 
     /// Sets the tile-wait timeout for launches made from now on.
     pub fn set_wait_timeout(&self, timeout: Duration) {
-        self.inner.timeout_ns.store(timeout.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+        self.inner
+            .timeout_ns
+            .store(timeout.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn next_launch_id(&self) -> u32 {
@@ -210,8 +212,15 @@ impl Device {
         match e {
             CpuError::Deadlock(report) => {
                 let notes = self.notes();
-                let waits = report.waits.iter().map(|w| notes.describe_wait(&w.site, w.value)).collect();
-                Error::Sync(SyncFailure { headline: format!("CPU backend: {report}"), waits })
+                let waits = report
+                    .waits
+                    .iter()
+                    .map(|w| notes.describe_wait(&w.site, w.value))
+                    .collect();
+                Error::Sync(SyncFailure {
+                    headline: format!("CPU backend: {report}"),
+                    waits,
+                })
             }
             other => Error::Cpu(other.to_string()),
         }
@@ -219,7 +228,9 @@ impl Device {
 
     /// Reads the device error log; on a recorded timeout, clears it and returns the error.
     pub(crate) fn check_error_log(&self) -> Result<()> {
-        let Some(log_buf) = lock(&self.inner.error_log).clone() else { return Ok(()) };
+        let Some(log_buf) = lock(&self.inner.error_log).clone() else {
+            return Ok(());
+        };
         let mut log = ErrorLog::default();
         // SAFETY: ErrorLog is a repr(C) block of integers, valid for any bit pattern, and
         // the buffer holds exactly one.
@@ -235,7 +246,11 @@ impl Device {
         let n = (log.count as usize).min(log.records.len());
         let waits = log.records[..n].iter().map(|r| notes.describe_timeout(r)).collect();
         Err(Error::Sync(SyncFailure {
-            headline: format!("{} tile wait(s) timed out (limit {:.1?})", log.count, self.wait_timeout()),
+            headline: format!(
+                "{} tile wait(s) timed out (limit {:.1?})",
+                log.count,
+                self.wait_timeout()
+            ),
             waits,
         }))
     }
@@ -272,7 +287,9 @@ impl Device {
             }
             DeviceBackend::Cpu(_) => {
                 // SAFETY: the range lies inside the host allocation.
-                unsafe { std::ptr::copy_nonoverlapping((buf.addr() as *const u8).add(offset), dst.as_mut_ptr(), dst.len()) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping((buf.addr() as *const u8).add(offset), dst.as_mut_ptr(), dst.len())
+                };
                 Ok(())
             }
         }
@@ -286,7 +303,10 @@ impl Device {
 
 fn check_range(buf: &Buffer, offset: usize, len: usize) -> Result<()> {
     if offset.checked_add(len).is_none_or(|end| end > buf.len()) {
-        return Err(Error::Invalid(format!("copy of {len} bytes at offset {offset} overruns a {}-byte buffer", buf.len())));
+        return Err(Error::Invalid(format!(
+            "copy of {len} bytes at offset {offset} overruns a {}-byte buffer",
+            buf.len()
+        )));
     }
     Ok(())
 }

@@ -79,12 +79,18 @@ impl fmt::Display for SyncFailure {
 impl Error {
     /// Wraps a CUDA error with what was being done.
     pub fn cuda(context: impl Into<String>, source: cudarc::driver::DriverError) -> Self {
-        Error::Cuda { context: context.into(), source }
+        Error::Cuda {
+            context: context.into(),
+            source,
+        }
     }
 
     /// A launch error for `kernel`.
     pub fn launch(kernel: impl Into<String>, reason: impl Into<String>) -> Self {
-        Error::Launch { kernel: kernel.into(), reason: reason.into() }
+        Error::Launch {
+            kernel: kernel.into(),
+            reason: reason.into(),
+        }
     }
 }
 

@@ -21,14 +21,20 @@ pub(crate) enum GraphBody {
 
 impl Graph {
     pub(crate) fn new(device: Device, body: GraphBody, buffers: Vec<Arc<Buffer>>) -> Graph {
-        Graph { device, body, _buffers: buffers }
+        Graph {
+            device,
+            body,
+            _buffers: buffers,
+        }
     }
 
     /// Replays the program on `on` (the AsyncStream it was captured from, or another on
     /// the same device). Later work on `on` runs after the replay.
     pub fn launch(&self, on: &AsyncStream) -> Result<()> {
         if !on.device().same(&self.device) {
-            return Err(Error::Invalid("a graph replays only on the device it was captured on".into()));
+            return Err(Error::Invalid(
+                "a graph replays only on the device it was captured on".into(),
+            ));
         }
         match &self.body {
             GraphBody::Cuda(g) => {

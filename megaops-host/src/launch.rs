@@ -5,6 +5,7 @@
 //! shapes against the kernel's annotation, tile coverage, the protocol state of each
 //! `Tiled` tensor, grid/block/shared-memory limits.
 
+use crate::backend::cuda::lock;
 use crate::buffer::Buffer;
 use crate::device::Device;
 use crate::dtype::{DType, DeviceValue};
@@ -13,13 +14,12 @@ use crate::module::PtxModule;
 use crate::notes::{LaunchNote, TensorNote};
 use crate::stream::{RawLaunch, Stream};
 use crate::tensor::Tensor;
-use crate::backend::cuda::lock;
 use crate::tiled::{ProducerTiling, Tiled, TiledState};
-use std::sync::Mutex;
 use crate::tiling::{DataTiling, Rank, TilesRank};
 use megaops_device::sync::tiling::{num_data_tiles, target_of};
-use megaops_device::sync::{CtaRemap, KernelCtx, TileSync, MAX_RANK, MAX_TARGET};
+use megaops_device::sync::{CtaRemap, KernelCtx, MAX_RANK, MAX_TARGET, TileSync};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// How CTAs are mapped to kernel tiles (paper §3.1), chosen at launch without recompiling.
@@ -57,7 +57,10 @@ pub struct LaunchOptions {
 impl LaunchOptions {
     /// Options with tile config `i`.
     pub fn config(i: usize) -> Self {
-        LaunchOptions { config: Some(i), ..Default::default() }
+        LaunchOptions {
+            config: Some(i),
+            ..Default::default()
+        }
     }
 
     /// Sets the CTA remap.
@@ -248,7 +251,13 @@ fn value_bytes<V: Copy>(v: &V) -> Vec<u8> {
 
 impl<'a> KernelLaunch<'a> {
     /// Starts a launch of `entry` (tile config entry) of `kernel`.
-    pub fn new(device: &Device, kernel: &'static str, module: &'static PtxModule, entry: &'static str, opts: &'a LaunchOptions) -> Self {
+    pub fn new(
+        device: &Device,
+        kernel: &'static str,
+        module: &'static PtxModule,
+        entry: &'static str,
+        opts: &'a LaunchOptions,
+    ) -> Self {
         KernelLaunch {
             device: device.clone(),
             kernel,
@@ -285,11 +294,16 @@ impl<'a> KernelLaunch<'a> {
     /// Sets the kernel-tile grid (outermost axis first).
     pub fn tiles(&mut self, grid: &[u64]) -> Result<()> {
         if grid.is_empty() || grid.len() > MAX_RANK {
-            return Err(self.err(format!("a kernel-tile grid has 1 to {MAX_RANK} axes, not {}", grid.len())));
+            return Err(self.err(format!(
+                "a kernel-tile grid has 1 to {MAX_RANK} axes, not {}",
+                grid.len()
+            )));
         }
         let total = grid.iter().try_fold(1u64, |a, &g| a.checked_mul(g)).unwrap_or(u64::MAX);
         if total > i32::MAX as u64 {
-            return Err(self.err(format!("kernel-tile grid {grid:?} has {total} tiles, more than a launch can hold")));
+            return Err(self.err(format!(
+                "kernel-tile grid {grid:?} has {total} tiles, more than a launch can hold"
+            )));
         }
         self.tile_grid = grid.iter().map(|&g| g as u32).collect();
         Ok(())
@@ -314,7 +328,10 @@ impl<'a> KernelLaunch<'a> {
     pub fn dynamic_smem(&mut self, bytes: u64) -> Result<()> {
         let max = self.device.max_smem_per_block() as u64;
         if bytes > max {
-            return Err(self.err(format!("needs {bytes} B of dynamic shared memory; {} allows {max} B per block", self.device.name())));
+            return Err(self.err(format!(
+                "needs {bytes} B of dynamic shared memory; {} allows {max} B per block",
+                self.device.name()
+            )));
         }
         self.smem = bytes as u32;
         Ok(())
@@ -327,7 +344,11 @@ impl<'a> KernelLaunch<'a> {
 
     fn check_device(&self, param: &str, dev: &Device) -> Result<()> {
         if !dev.same(&self.device) {
-            return Err(self.err(format!("argument `{param}` lives on {}, the launch targets {}", dev.name(), self.device.name())));
+            return Err(self.err(format!(
+                "argument `{param}` lives on {}, the launch targets {}",
+                dev.name(),
+                self.device.name()
+            )));
         }
         Ok(())
     }
@@ -348,7 +369,13 @@ impl<'a> KernelLaunch<'a> {
         self.bind_plain(param, x, declared, false)
     }
 
-    fn bind_plain<T: DType>(&mut self, param: &str, x: &Tensor<T>, declared: Option<Declared<'_>>, write: bool) -> Result<u64> {
+    fn bind_plain<T: DType>(
+        &mut self,
+        param: &str,
+        x: &Tensor<T>,
+        declared: Option<Declared<'_>>,
+        write: bool,
+    ) -> Result<u64> {
         self.check_device(param, x.device())?;
         match declared {
             Some(Declared::Shape(shape)) => self.check_shape(param, x.shape(), shape)?,
@@ -363,19 +390,33 @@ impl<'a> KernelLaunch<'a> {
             _ => {}
         }
         self.buffers.push(x.buffer().clone());
-        self.accesses.push(Access { buffer: x.buffer().clone(), write, synced: false });
+        self.accesses.push(Access {
+            buffer: x.buffer().clone(),
+            write,
+            synced: false,
+        });
         self.args.push(value_bytes(&x.addr()));
         Ok(x.addr())
     }
 
     /// Binds a synchronised input: checks its shape against the annotation, waits on
     /// its data tiles if it is a produced `Tiled` tensor.
-    pub fn input<T: DType, R: Rank, X: AsInput<T, R> + ?Sized>(&mut self, param: &str, x: &X, shape: &[u64], tile: &[TileDim]) -> Result<(u64, TileSync)> {
+    pub fn input<T: DType, R: Rank, X: AsInput<T, R> + ?Sized>(
+        &mut self,
+        param: &str,
+        x: &X,
+        shape: &[u64],
+        tile: &[TileDim],
+    ) -> Result<(u64, TileSync)> {
         let b = x.bind_input(self.kernel, param)?;
         self.check_device(param, &b.device)?;
         self.check_shape(param, &b.shape, shape)?;
         let _ = tile;
-        self.accesses.push(Access { buffer: b.data.clone(), write: false, synced: b.sync.is_active() });
+        self.accesses.push(Access {
+            buffer: b.data.clone(),
+            write: false,
+            synced: b.sync.is_active(),
+        });
         self.buffers.extend(b.buffers);
         self.args.push(value_bytes(&b.addr));
         self.syncs.push(b.sync);
@@ -401,7 +442,12 @@ impl<'a> KernelLaunch<'a> {
         let mut ktile = [0u32; MAX_RANK];
         for (d, td) in tile.iter().enumerate() {
             if let Some(axis) = td.axis {
-                let n = *self.tile_grid.get(axis).ok_or_else(|| self.err(format!("`{param}` names tile axis {axis}, the grid has {}", self.tile_grid.len())))? as u64;
+                let n = *self.tile_grid.get(axis).ok_or_else(|| {
+                    self.err(format!(
+                        "`{param}` names tile axis {axis}, the grid has {}",
+                        self.tile_grid.len()
+                    ))
+                })? as u64;
                 if td.size == 0 || n * td.size < shape[d] {
                     return Err(self.err(format!(
                         "its kernel tiles cover {} of the {} elements of `{param}` along dimension {d} ({n} tiles of {}): \
@@ -415,18 +461,30 @@ impl<'a> KernelLaunch<'a> {
             }
         }
         let split = match split_axis {
-            Some(a) => *self.tile_grid.get(a).ok_or_else(|| self.err("split axis outside the grid"))?,
+            Some(a) => *self
+                .tile_grid
+                .get(a)
+                .ok_or_else(|| self.err("split axis outside the grid"))?,
             None => 1,
         };
         if b.sync.is_active() {
             check_targets(self.kernel, param, &b.sync, &ktile, split)?;
         }
-        self.accesses.push(Access { buffer: b.data.clone(), write: true, synced: b.tiled.is_some() });
+        self.accesses.push(Access {
+            buffer: b.data.clone(),
+            write: true,
+            synced: b.tiled.is_some(),
+        });
         self.buffers.extend(b.buffers);
         self.args.push(value_bytes(&b.addr));
         self.syncs.push(b.sync);
         if let Some(handle) = b.tiled {
-            let producer = ProducerTiling { ktile, split, kernel: self.kernel, launch_id: 0 };
+            let producer = ProducerTiling {
+                ktile,
+                split,
+                kernel: self.kernel,
+                launch_id: 0,
+            };
             self.produced.push((handle, producer));
         }
         if let Some((id, note)) = b.note {
@@ -455,18 +513,30 @@ impl<'a> KernelLaunch<'a> {
         };
         let mut smem = self.smem;
         if let Some(c) = self.opts.occupancy_limit {
-            smem = padded_smem(smem, c, self.device.smem_per_sm(), self.device.max_smem_per_block()).map_err(|r| self.err(r))?;
+            smem = padded_smem(smem, c, self.device.smem_per_sm(), self.device.max_smem_per_block())
+                .map_err(|r| self.err(r))?;
         }
         let mut tile_grid = [1u32; MAX_RANK];
         tile_grid[..self.tile_grid.len()].copy_from_slice(&self.tile_grid);
         let remap = match &self.opts.remap {
             Remap::Identity => CtaRemap::IDENTITY,
-            Remap::Rotate(o) => CtaRemap { kind: 1, offset: *o, table: std::ptr::null() },
+            Remap::Rotate(o) => CtaRemap {
+                kind: 1,
+                offset: *o,
+                table: std::ptr::null(),
+            },
             Remap::Table(t) => {
                 if t.numel() as u64 != num_tiles {
-                    return Err(self.err(format!("remap table has {} entries for {num_tiles} kernel tiles", t.numel())));
+                    return Err(self.err(format!(
+                        "remap table has {} entries for {num_tiles} kernel tiles",
+                        t.numel()
+                    )));
                 }
-                CtaRemap { kind: 2, offset: 0, table: t.addr() as *const u32 }
+                CtaRemap {
+                    kind: 2,
+                    offset: 0,
+                    table: t.addr() as *const u32,
+                }
             }
         };
         let mut buffers = self.buffers;
@@ -485,7 +555,12 @@ impl<'a> KernelLaunch<'a> {
             timeout_ns: timeout.as_nanos().min(u64::MAX as u128) as u64,
             errors: self.device.error_log_addr() as *mut _,
         };
-        let note = LaunchNote { kernel: self.kernel.to_string(), tile_grid: self.tile_grid.clone(), tensors: self.tensors, waits_for: None };
+        let note = LaunchNote {
+            kernel: self.kernel.to_string(),
+            tile_grid: self.tile_grid.clone(),
+            tensors: self.tensors,
+            waits_for: None,
+        };
         let prepared = PreparedLaunch {
             kernel: self.kernel,
             module: self.module,
@@ -566,7 +641,9 @@ pub fn padded_smem(requested: u32, c: u32, smem_per_sm: u32, max_per_block: u32)
     let per_cta = (smem_per_sm / (c + 1)).saturating_sub(1024) + 1;
     let padded = requested.max(per_cta.div_ceil(128) * 128);
     if padded > max_per_block {
-        return Err(format!("occupancy limit {c} needs {padded} B of shared memory per CTA, more than {max_per_block} B"));
+        return Err(format!(
+            "occupancy limit {c} needs {padded} B of shared memory per CTA, more than {max_per_block} B"
+        ));
     }
     Ok(padded)
 }
@@ -578,7 +655,10 @@ impl LaunchTarget for Stream {
 
     fn submit(&self, launch: PreparedLaunch) -> Result<u32> {
         if launch.partition {
-            return Err(Error::launch(launch.kernel, "asked for an SM partition, but a plain Stream has none (use an AsyncStream with one)"));
+            return Err(Error::launch(
+                launch.kernel,
+                "asked for an SM partition, but a plain Stream has none (use an AsyncStream with one)",
+            ));
         }
         let id = launch.ctx.launch_id;
         self.device().notes().insert(id, launch.note.clone());
@@ -685,7 +765,11 @@ impl<T: DType, R: Rank, D: DataTiling + TilesRank<R>> AsOutput<T, R> for Tiled<T
             sync,
             buffers: self.buffers(),
             note: Some((self.id(), note)),
-            tiled: Some(TiledHandle { state: self.state().clone(), sema: self.semaphores().buffer().clone(), sema_count: self.semaphore_count() }),
+            tiled: Some(TiledHandle {
+                state: self.state().clone(),
+                sema: self.semaphores().buffer().clone(),
+                sema_count: self.semaphore_count(),
+            }),
         })
     }
 }

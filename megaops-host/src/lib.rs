@@ -21,17 +21,17 @@ mod partition;
 mod runtime;
 mod stream;
 mod tensor;
-mod tiled;
 pub mod testing;
+mod tiled;
 pub mod tiling;
 
 pub use async_stream::{AsyncOptions, AsyncStream};
 pub use backend::BackendKind;
-pub use graph::Graph;
 pub use buffer::Buffer;
-pub use device::{Device, DEFAULT_WAIT_TIMEOUT};
+pub use device::{DEFAULT_WAIT_TIMEOUT, Device};
 pub use dtype::{DType, DeviceValue};
 pub use error::{Error, Result, SyncFailure};
+pub use graph::Graph;
 pub use launch::{LaunchOptions, LaunchTarget, Remap};
 pub use megaops_device::cpu::VgpuConfig;
 pub use module::PtxModule;
@@ -39,4 +39,6 @@ pub use partition::SmPartition;
 pub use stream::{Event, Stream};
 pub use tensor::Tensor;
 pub use tiled::{Phase, ProducerTiling, Tiled};
-pub use tiling::{Chunks, DataTiling, DimSpec, TilesRank, DynChunks, DynGrid, DynRows, Grid, Irregular, Rows, R1, R2, R3, R4};
+pub use tiling::{
+    Chunks, DataTiling, DimSpec, DynChunks, DynGrid, DynRows, Grid, Irregular, R1, R2, R3, R4, Rows, TilesRank,
+};

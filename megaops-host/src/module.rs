@@ -40,7 +40,10 @@ mod tests {
 
     #[test]
     fn selects_highest_compatible_architecture() {
-        static M: PtxModule = PtxModule { name: "k", ptx: &[("sm_80", "a"), ("sm_90", "b"), ("sm_90a", "c"), ("sm_89", "d")] };
+        static M: PtxModule = PtxModule {
+            name: "k",
+            ptx: &[("sm_80", "a"), ("sm_90", "b"), ("sm_90a", "c"), ("sm_89", "d")],
+        };
         assert_eq!(M.select(9, 0), Some(("sm_90a", "c")));
         assert_eq!(M.select(8, 9), Some(("sm_89", "d")));
         assert_eq!(M.select(8, 6), Some(("sm_80", "a")));

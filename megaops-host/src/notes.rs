@@ -3,7 +3,7 @@
 //! `matmul CTA (3,1) waited 5.0 s on y[2] = 1 of 3 signals`.
 
 use megaops_device::sync::tiling::{signals_received, target_of};
-use megaops_device::sync::{DimTiling, ErrorRecord, WaitSite, MAX_RANK};
+use megaops_device::sync::{DimTiling, ErrorRecord, MAX_RANK, WaitSite};
 use std::collections::BTreeMap;
 
 /// Host copy of one dimension's data tiling.
@@ -16,7 +16,11 @@ pub(crate) struct HostDim {
 
 impl HostDim {
     pub fn count(&self) -> u32 {
-        if self.tile == 0 { self.bounds.len().saturating_sub(1) as u32 } else { self.size.div_ceil(self.tile) }
+        if self.tile == 0 {
+            self.bounds.len().saturating_sub(1) as u32
+        } else {
+            self.size.div_ceil(self.tile)
+        }
     }
 
     /// Device-layout view (bounds point into this host copy; only for host arithmetic).
@@ -25,7 +29,11 @@ impl HostDim {
             size: self.size,
             tile: self.tile,
             count: self.count(),
-            bounds: if self.tile == 0 { self.bounds.as_ptr() } else { std::ptr::null() },
+            bounds: if self.tile == 0 {
+                self.bounds.as_ptr()
+            } else {
+                std::ptr::null()
+            },
         }
     }
 }
@@ -78,19 +86,37 @@ impl LaunchNotes {
 
     fn what(&self, site: &WaitSite, value: i32) -> String {
         let Some(launch) = self.launches.get(&site.launch_id) else {
-            return format!("tensor#{}[{}] = {value}, target {}", site.tensor_id, site.sem_index, site.target);
+            return format!(
+                "tensor#{}[{}] = {value}, target {}",
+                site.tensor_id, site.sem_index, site.target
+            );
         };
         if let Some(producer) = &launch.waits_for {
-            return format!("the start of `{producer}` (begin flag {value}, waiting for {})", site.target);
+            return format!(
+                "the start of `{producer}` (begin flag {value}, waiting for {})",
+                site.target
+            );
         }
         let Some((_, t)) = launch.tensors.iter().find(|(id, _)| *id == site.tensor_id) else {
-            return format!("tensor#{}[{}] = {value}, target {}", site.tensor_id, site.sem_index, site.target);
+            return format!(
+                "tensor#{}[{}] = {value}, target {}",
+                site.tensor_id, site.sem_index, site.target
+            );
         };
         let counts: Vec<u32> = t.dims.iter().map(HostDim::count).collect();
         let coords = tile_coords(site.sem_index, &counts);
         // Name the data tile by the dimensions that are actually tiled: `y[2]` for rows.
-        let shown: Vec<u32> = coords.iter().zip(&counts).filter(|(_, n)| **n > 1).map(|(c, _)| *c).collect();
-        let index = if shown.is_empty() { "0".to_string() } else { fmt_coords(&shown).trim_matches(['(', ')']).to_string() };
+        let shown: Vec<u32> = coords
+            .iter()
+            .zip(&counts)
+            .filter(|(_, n)| **n > 1)
+            .map(|(c, _)| *c)
+            .collect();
+        let index = if shown.is_empty() {
+            "0".to_string()
+        } else {
+            fmt_coords(&shown).trim_matches(['(', ')']).to_string()
+        };
         match t.producer {
             Some((ktile, split)) => {
                 let mut dims = [DimTiling::plain(0, 1); MAX_RANK];
@@ -128,7 +154,11 @@ impl LaunchNotes {
 
     /// `matmul CTA (3,1) waits on y[2] = 1 of 3 signals` (CPU backend deadlock).
     pub fn describe_wait(&self, site: &WaitSite, value: i32) -> String {
-        format!("{} waits on {}", self.kernel_and_tile(site.launch_id, site.tile), self.what(site, value))
+        format!(
+            "{} waits on {}",
+            self.kernel_and_tile(site.launch_id, site.tile),
+            self.what(site, value)
+        )
     }
 }
 
@@ -151,17 +181,36 @@ fn fmt_coords(c: &[u32]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use megaops_device::sync::{tiling::signal_increment, EPOCH_STRIDE};
+    use megaops_device::sync::{EPOCH_STRIDE, tiling::signal_increment};
 
     fn note() -> LaunchNotes {
         let mut n = LaunchNotes::default();
         let y = TensorNote {
             name: "y".into(),
-            dims: vec![HostDim { size: 256, tile: 64, bounds: vec![] }, HostDim { size: 96, tile: 96, bounds: vec![] }],
+            dims: vec![
+                HostDim {
+                    size: 256,
+                    tile: 64,
+                    bounds: vec![],
+                },
+                HostDim {
+                    size: 96,
+                    tile: 96,
+                    bounds: vec![],
+                },
+            ],
             ready: 3 * EPOCH_STRIDE,
             producer: Some(([64, 32, 0, 0], 1)),
         };
-        n.insert(7, LaunchNote { kernel: "matmul".into(), tile_grid: vec![4, 2], tensors: vec![(11, y)], waits_for: None });
+        n.insert(
+            7,
+            LaunchNote {
+                kernel: "matmul".into(),
+                tile_grid: vec![4, 2],
+                tensors: vec![(11, y)],
+                waits_for: None,
+            },
+        );
         n
     }
 
@@ -171,14 +220,41 @@ mod tests {
         // Producer tiles 64 x 32 over a 96-column tile: 3 signals; one arrived (not the
         // designated one) in epoch 2.
         let value = 2 * EPOCH_STRIDE + signal_increment(false, 3);
-        let r = ErrorRecord { kind: 1, launch_id: 7, tile: 7, tensor_id: 11, sem_index: 2, value, target: 3 * EPOCH_STRIDE, _pad: 0, waited_ns: 5_000_000_000 };
-        assert_eq!(notes.describe_timeout(&r), "matmul CTA (3,1) waited 5.0 s on y[2] = 1 of 3 signals");
+        let r = ErrorRecord {
+            kind: 1,
+            launch_id: 7,
+            tile: 7,
+            tensor_id: 11,
+            sem_index: 2,
+            value,
+            target: 3 * EPOCH_STRIDE,
+            _pad: 0,
+            waited_ns: 5_000_000_000,
+        };
+        assert_eq!(
+            notes.describe_timeout(&r),
+            "matmul CTA (3,1) waited 5.0 s on y[2] = 1 of 3 signals"
+        );
     }
 
     #[test]
     fn unknown_launches_still_say_something() {
-        let r = ErrorRecord { kind: 1, launch_id: 99, tile: 1, tensor_id: 4, sem_index: 0, value: 0, target: 65536, _pad: 0, waited_ns: 1 };
-        assert!(note().describe_timeout(&r).contains("launch #99 tile 1 waited 0.0 s on tensor#4[0] = 0, target 65536"));
+        let r = ErrorRecord {
+            kind: 1,
+            launch_id: 99,
+            tile: 1,
+            tensor_id: 4,
+            sem_index: 0,
+            value: 0,
+            target: 65536,
+            _pad: 0,
+            waited_ns: 1,
+        };
+        assert!(
+            note()
+                .describe_timeout(&r)
+                .contains("launch #99 tile 1 waited 0.0 s on tensor#4[0] = 0, target 65536")
+        );
     }
 
     #[test]

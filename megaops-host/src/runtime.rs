@@ -8,7 +8,10 @@ use megaops_device::sync::KernelCtx;
 use std::sync::Arc;
 
 /// PTX of the runtime kernels.
-pub(crate) static RUNTIME_PTX: PtxModule = PtxModule { name: "megaops-runtime-kernels", ptx: megaops_runtime_kernels::ptx::MODULES };
+pub(crate) static RUNTIME_PTX: PtxModule = PtxModule {
+    name: "megaops-runtime-kernels",
+    ptx: megaops_runtime_kernels::ptx::MODULES,
+};
 
 fn bytes<V: Copy>(v: &V) -> Vec<u8> {
     // SAFETY: reading the bytes of a Copy value of a repr(C)/primitive type.
@@ -38,7 +41,13 @@ pub(crate) fn wait_begin(stream: &Stream, flag: &Tensor<i32>, token: i32, ctx: K
 }
 
 /// Fills `n` u32 words at `tensor`'s address with `value` on `stream` (no host copy).
-pub(crate) fn fill_words(stream: &Stream, addr: u64, n: u64, value: u32, keep: Arc<crate::buffer::Buffer>) -> Result<Arc<Event>> {
+pub(crate) fn fill_words(
+    stream: &Stream,
+    addr: u64,
+    n: u64,
+    value: u32,
+    keep: Arc<crate::buffer::Buffer>,
+) -> Result<Arc<Event>> {
     let params = [bytes(&addr), bytes(&n), bytes(&value)];
     let cpu: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
         // SAFETY: the buffer holding `n` words at `addr` is retained by the launch.

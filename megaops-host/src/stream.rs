@@ -5,9 +5,9 @@ use crate::buffer::Buffer;
 use crate::device::{Device, DeviceBackend};
 use crate::error::{CudaContext as _, Error, Result};
 use crate::module::PtxModule;
-use cudarc::driver::{result, sys, CudaEvent, CudaStream};
-use megaops_device::cpu::{CpuLaunch, EventId, StreamId};
+use cudarc::driver::{CudaEvent, CudaStream, result, sys};
 use megaops_device::Dim3;
+use megaops_device::cpu::{CpuLaunch, EventId, StreamId};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
@@ -65,12 +65,20 @@ impl Stream {
             DeviceBackend::Cuda(c) => RawStream::Cuda(c.new_stream()?),
             DeviceBackend::Cpu(c) => RawStream::Cpu(c.vgpu.create_stream()),
         };
-        Ok(Stream { device: device.clone(), raw, inflight: Mutex::new(Inflight::default()) })
+        Ok(Stream {
+            device: device.clone(),
+            raw,
+            inflight: Mutex::new(Inflight::default()),
+        })
     }
 
     /// Wraps an existing CUDA stream (e.g. one on a green context).
     pub(crate) fn from_raw_cuda(device: &Device, stream: Arc<CudaStream>, _borrowed: bool) -> Result<Stream> {
-        Ok(Stream { device: device.clone(), raw: RawStream::Cuda(stream), inflight: Mutex::new(Inflight::default()) })
+        Ok(Stream {
+            device: device.clone(),
+            raw: RawStream::Cuda(stream),
+            inflight: Mutex::new(Inflight::default()),
+        })
     }
 
     /// The device.
@@ -109,12 +117,16 @@ impl Stream {
     pub fn record_event(&self) -> Result<Event> {
         let raw = match (&self.raw, self.device.backend()) {
             (RawStream::Cuda(s), _) => RawEvent::Cuda(
-                s.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).ctx(|| "recording an event".into())?,
+                s.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                    .ctx(|| "recording an event".into())?,
             ),
             (RawStream::Cpu(id), DeviceBackend::Cpu(c)) => RawEvent::Cpu(c.vgpu.record_event(*id)),
             _ => return Err(Error::Invalid("stream and device backends differ".into())),
         };
-        Ok(Event { device: self.device.clone(), raw })
+        Ok(Event {
+            device: self.device.clone(),
+            raw,
+        })
     }
 
     /// Makes later work on this stream wait for `event` (no host wait).
@@ -125,7 +137,9 @@ impl Stream {
                 c.vgpu.stream_wait_event(*id, *e);
                 Ok(())
             }
-            _ => Err(Error::Invalid("an event of one backend cannot order a stream of another".into())),
+            _ => Err(Error::Invalid(
+                "an event of one backend cannot order a stream of another".into(),
+            )),
         }
     }
 
@@ -158,7 +172,12 @@ impl Stream {
                         &mut ptrs,
                     )
                 }
-                .ctx(|| format!("launching `{}` with grid {:?}, block {:?}, {} B shared", l.kernel, l.grid, l.block, l.dynamic_smem))?;
+                .ctx(|| {
+                    format!(
+                        "launching `{}` with grid {:?}, block {:?}, {} B shared",
+                        l.kernel, l.grid, l.block, l.dynamic_smem
+                    )
+                })?;
             }
             (RawStream::Cpu(id), DeviceBackend::Cpu(c)) => {
                 let launch = CpuLaunch {
@@ -199,7 +218,8 @@ impl Stream {
             RawStream::Cuda(s) => Ok(Event {
                 device: self.device.clone(),
                 raw: RawEvent::Cuda(
-                    s.record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)).ctx(|| "recording an event".into())?,
+                    s.record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                        .ctx(|| "recording an event".into())?,
                 ),
             }),
             RawStream::Cpu(_) => self.record_event(),
@@ -231,7 +251,9 @@ impl Event {
     pub fn synchronize(&self) -> Result<()> {
         match (&self.raw, self.device.backend()) {
             (RawEvent::Cuda(e), _) => e.synchronize().ctx(|| "waiting for an event".into()),
-            (RawEvent::Cpu(e), DeviceBackend::Cpu(c)) => c.vgpu.synchronize_event(*e).map_err(|err| self.device.cpu_error(err)),
+            (RawEvent::Cpu(e), DeviceBackend::Cpu(c)) => {
+                c.vgpu.synchronize_event(*e).map_err(|err| self.device.cpu_error(err))
+            }
             _ => Err(Error::Invalid("event of another backend".into())),
         }
     }

@@ -22,7 +22,10 @@ pub const MAX_TENSOR_RANK: usize = 4;
 
 fn numel(shape: &[usize]) -> Result<usize> {
     if shape.is_empty() || shape.len() > MAX_TENSOR_RANK {
-        return Err(Error::Shape(format!("tensor rank {} is not supported (1 to {MAX_TENSOR_RANK})", shape.len())));
+        return Err(Error::Shape(format!(
+            "tensor rank {} is not supported (1 to {MAX_TENSOR_RANK})",
+            shape.len()
+        )));
     }
     shape
         .iter()
@@ -35,15 +38,25 @@ impl<T: DType> Tensor<T> {
     /// [`Tensor::full`] unless every element is written before it is read.
     pub fn empty(device: &Device, shape: &[usize]) -> Result<Self> {
         let n = numel(shape)?;
-        let bytes = n.checked_mul(size_of::<T>()).ok_or_else(|| Error::Shape(format!("shape {shape:?} is too large")))?;
-        Ok(Tensor { buf: Arc::new(Buffer::new(device, bytes)?), offset: 0, shape: shape.to_vec(), _t: PhantomData })
+        let bytes = n
+            .checked_mul(size_of::<T>())
+            .ok_or_else(|| Error::Shape(format!("shape {shape:?} is too large")))?;
+        Ok(Tensor {
+            buf: Arc::new(Buffer::new(device, bytes)?),
+            offset: 0,
+            shape: shape.to_vec(),
+            _t: PhantomData,
+        })
     }
 
     /// A tensor holding `data` (row-major), which must have `shape`'s element count.
     pub fn from_slice(device: &Device, shape: &[usize], data: &[T]) -> Result<Self> {
         let n = numel(shape)?;
         if data.len() != n {
-            return Err(Error::Shape(format!("{} values given for a tensor of shape {shape:?} ({n} elements)", data.len())));
+            return Err(Error::Shape(format!(
+                "{} values given for a tensor of shape {shape:?} ({n} elements)",
+                data.len()
+            )));
         }
         let t = Tensor::empty(device, shape)?;
         device.copy_to_device(&t.buf, 0, as_bytes(data))?;
@@ -98,20 +111,37 @@ impl<T: DType> Tensor<T> {
     /// The same memory with another shape of equal element count.
     pub fn reshape(&self, shape: &[usize]) -> Result<Self> {
         if numel(shape)? != self.numel() {
-            return Err(Error::Shape(format!("cannot reshape {:?} ({} elements) to {shape:?}", self.shape, self.numel())));
+            return Err(Error::Shape(format!(
+                "cannot reshape {:?} ({} elements) to {shape:?}",
+                self.shape,
+                self.numel()
+            )));
         }
-        Ok(Tensor { buf: self.buf.clone(), offset: self.offset, shape: shape.to_vec(), _t: PhantomData })
+        Ok(Tensor {
+            buf: self.buf.clone(),
+            offset: self.offset,
+            shape: shape.to_vec(),
+            _t: PhantomData,
+        })
     }
 
     /// Rows `start..end` of the outermost dimension, sharing memory.
     pub fn narrow(&self, start: usize, end: usize) -> Result<Self> {
         if start > end || end > self.shape[0] {
-            return Err(Error::Shape(format!("rows {start}..{end} out of range for shape {:?}", self.shape)));
+            return Err(Error::Shape(format!(
+                "rows {start}..{end} out of range for shape {:?}",
+                self.shape
+            )));
         }
         let row: usize = self.shape[1..].iter().product();
         let mut shape = self.shape.clone();
         shape[0] = end - start;
-        Ok(Tensor { buf: self.buf.clone(), offset: self.offset + start * row, shape, _t: PhantomData })
+        Ok(Tensor {
+            buf: self.buf.clone(),
+            offset: self.offset + start * row,
+            shape,
+            _t: PhantomData,
+        })
     }
 
     /// Copies the tensor to the host after waiting for all queued work on the device
@@ -119,17 +149,23 @@ impl<T: DType> Tensor<T> {
     pub fn to_vec(&self) -> Result<Vec<T>> {
         self.device().synchronize()?;
         let mut out = vec![T::default(); self.numel()];
-        self.device().copy_to_host(&self.buf, self.offset * size_of::<T>(), as_bytes_mut(&mut out))?;
+        self.device()
+            .copy_to_host(&self.buf, self.offset * size_of::<T>(), as_bytes_mut(&mut out))?;
         Ok(out)
     }
 
     /// Overwrites the tensor with `data` after waiting for all queued work on the device.
     pub fn copy_from_slice(&self, data: &[T]) -> Result<()> {
         if data.len() != self.numel() {
-            return Err(Error::Shape(format!("{} values given for a tensor of shape {:?}", data.len(), self.shape)));
+            return Err(Error::Shape(format!(
+                "{} values given for a tensor of shape {:?}",
+                data.len(),
+                self.shape
+            )));
         }
         self.device().synchronize()?;
-        self.device().copy_to_device(&self.buf, self.offset * size_of::<T>(), as_bytes(data))
+        self.device()
+            .copy_to_device(&self.buf, self.offset * size_of::<T>(), as_bytes(data))
     }
 
     /// Fills every element with `value` (after waiting for queued work).
@@ -160,8 +196,19 @@ impl<T: DType> Tensor<T> {
     /// size must be a multiple of 4.
     pub fn fill_bits_on(&self, stream: &crate::Stream, word: u32) -> Result<()> {
         if self.size_bytes() % 4 != 0 {
-            return Err(Error::Shape(format!("fill_bits_on needs a multiple of 4 bytes; {:?} has {}", self.shape, self.size_bytes())));
+            return Err(Error::Shape(format!(
+                "fill_bits_on needs a multiple of 4 bytes; {:?} has {}",
+                self.shape,
+                self.size_bytes()
+            )));
         }
-        crate::runtime::fill_words(stream, self.addr(), (self.size_bytes() / 4) as u64, word, self.buf.clone()).map(|_| ())
+        crate::runtime::fill_words(
+            stream,
+            self.addr(),
+            (self.size_bytes() / 4) as u64,
+            word,
+            self.buf.clone(),
+        )
+        .map(|_| ())
     }
 }

@@ -10,7 +10,12 @@ use rand::{Rng, SeedableRng};
 
 /// The CPU backend for tests: a small virtual GPU (4 SMs) with the given interleaving seed.
 pub fn cpu_device(seed: u64) -> Result<Device> {
-    Device::cpu(VgpuConfig { sms: 4, max_threads_per_sm: 1024, seed, ..VgpuConfig::default() })
+    Device::cpu(VgpuConfig {
+        sms: 4,
+        max_threads_per_sm: 1024,
+        seed,
+        ..VgpuConfig::default()
+    })
 }
 
 /// GPU 0, or `None` after printing why a GPU test is skipped (no driver, no device).
@@ -44,9 +49,15 @@ pub fn random_ints(n: usize, lo: i64, hi: i64, seed: u64) -> Vec<i64> {
 /// A fresh seed for each call (time-based), printed so a failure can be replayed with
 /// `MEGAOPS_SEED=<n>`.
 pub fn fresh_seed(test: &str) -> u64 {
-    let seed = std::env::var("MEGAOPS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
-    });
+    let seed = std::env::var("MEGAOPS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
     eprintln!("{test}: seed {seed} (replay with MEGAOPS_SEED={seed})");
     seed
 }
@@ -83,7 +94,18 @@ pub fn assert_close<T: DType>(what: &str, out: &[T], reference: &[f64], tol: f64
         .iter()
         .zip(reference)
         .enumerate()
-        .map(|(i, (o, r))| (i, o.to_f64(), *r, if o.to_f64().is_finite() { (o.to_f64() - r).abs() } else { f64::INFINITY }))
+        .map(|(i, (o, r))| {
+            (
+                i,
+                o.to_f64(),
+                *r,
+                if o.to_f64().is_finite() {
+                    (o.to_f64() - r).abs()
+                } else {
+                    f64::INFINITY
+                },
+            )
+        })
         .max_by(|a, b| a.3.total_cmp(&b.3));
     panic!(
         "{what}: relative error {err:.3e} > {tol:.1e} ({} outputs, {} references); worst element {:?} (index, got, expected, |diff|)",

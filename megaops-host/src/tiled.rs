@@ -1,14 +1,14 @@
 //! [`Tiled`]: a tensor, its data tiling (in the type) and its data-tile semaphores.
 
+use crate::backend::cuda::lock;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::notes::{HostDim, TensorNote};
 use crate::tensor::Tensor;
-use crate::tiling::{device_dims, resolve, DataTiling};
+use crate::tiling::{DataTiling, device_dims, resolve};
 use megaops_device::sync::tiling::signals_received;
-use megaops_device::sync::{TileSync, EPOCH_STRIDE, MAX_RANK};
-use crate::backend::cuda::lock;
+use megaops_device::sync::{EPOCH_STRIDE, MAX_RANK, TileSync};
 use std::sync::{Arc, Mutex};
 
 /// The producer side of the protocol as the tensor remembers it: the kernel tile per
@@ -123,10 +123,23 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
         };
         let tables = dims
             .iter()
-            .map(|d| (d.tile == 0).then(|| Tensor::from_slice(&device, &[d.bounds.len()], &d.bounds)).transpose())
+            .map(|d| {
+                (d.tile == 0)
+                    .then(|| Tensor::from_slice(&device, &[d.bounds.len()], &d.bounds))
+                    .transpose()
+            })
             .collect::<Result<Vec<_>>>()?;
         let state = Arc::new(Mutex::new(TiledState { epoch, phase }));
-        Ok(Tiled { data, sema, tables, tiling, dims, id: device.next_tensor_id(), name: name.to_string(), state })
+        Ok(Tiled {
+            data,
+            sema,
+            tables,
+            tiling,
+            dims,
+            id: device.next_tensor_id(),
+            name: name.to_string(),
+            state,
+        })
     }
 
     /// The data.
@@ -190,7 +203,12 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
         for (d, &t) in ktile.iter().take(MAX_RANK).enumerate() {
             k[d] = t;
         }
-        lock(&self.state).phase = Phase::Produced(ProducerTiling { ktile: k, split: 1, kernel, launch_id: 0 });
+        lock(&self.state).phase = Phase::Produced(ProducerTiling {
+            ktile: k,
+            split: 1,
+            kernel,
+            launch_id: 0,
+        });
     }
 
     /// Copies the data to the host (waits for all queued work).
@@ -222,13 +240,18 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
                 coords[..c.len()].copy_from_slice(&c);
                 // SAFETY: host bounds live in self.dims for this call.
                 let target = unsafe {
-                    megaops_device::sync::tiling::target_of(&with_bounds, self.dims.len() as u32, &coords, &p.ktile, p.split)
+                    megaops_device::sync::tiling::target_of(
+                        &with_bounds,
+                        self.dims.len() as u32,
+                        &coords,
+                        &p.ktile,
+                        p.split,
+                    )
                 };
                 (signals_received(v, ready, target), target)
             })
             .collect())
     }
-
 
     fn sync_block(&self, target: i32) -> TileSync {
         let tables: Vec<u64> = self.tables.iter().map(|t| t.as_ref().map_or(0, Tensor::addr)).collect();
@@ -300,7 +323,16 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
 impl<T: DType, D: DataTiling> std::fmt::Debug for Tiled<T, D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let st = lock(&self.state).clone();
-        write!(f, "Tiled<{}, {}>`{}`{:?} ({:?}, epoch {})", T::NAME, self.tiling.describe(), self.name, self.shape(), st.phase, st.epoch)
+        write!(
+            f,
+            "Tiled<{}, {}>`{}`{:?} ({:?}, epoch {})",
+            T::NAME,
+            self.tiling.describe(),
+            self.name,
+            self.shape(),
+            st.phase,
+            st.epoch
+        )
     }
 }
 

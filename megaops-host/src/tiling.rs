@@ -17,7 +17,9 @@ mod sealed {
 }
 
 /// Tensor rank as a type, so that rank mismatches are compile errors.
-pub trait Rank: sealed::Sealed + Clone + Copy + std::fmt::Debug + Default + PartialEq + Eq + Send + Sync + 'static {
+pub trait Rank:
+    sealed::Sealed + Clone + Copy + std::fmt::Debug + Default + PartialEq + Eq + Send + Sync + 'static
+{
     /// The rank.
     const N: usize;
 }
@@ -191,16 +193,27 @@ impl<R: Rank> Irregular<R> {
     /// One [`DimSpec`] per dimension (must be `R::N` of them).
     pub fn new(dims: Vec<DimSpec>) -> Result<Self> {
         if dims.len() != R::N {
-            return Err(Error::Tiling(format!("an irregular rank-{} tiling needs {} dimension specs, got {}", R::N, R::N, dims.len())));
+            return Err(Error::Tiling(format!(
+                "an irregular rank-{} tiling needs {} dimension specs, got {}",
+                R::N,
+                R::N,
+                dims.len()
+            )));
         }
-        Ok(Irregular { dims, _rank: std::marker::PhantomData })
+        Ok(Irregular {
+            dims,
+            _rank: std::marker::PhantomData,
+        })
     }
 }
 
 impl Irregular<R2> {
     /// Row tiles with the given boundaries (`0 = b0 < b1 < … = rows`), all columns.
     pub fn rows(bounds: Vec<u32>) -> Self {
-        Irregular { dims: vec![DimSpec::Bounds(bounds), DimSpec::Whole], _rank: std::marker::PhantomData }
+        Irregular {
+            dims: vec![DimSpec::Bounds(bounds), DimSpec::Whole],
+            _rank: std::marker::PhantomData,
+        }
     }
 }
 
@@ -227,13 +240,25 @@ pub(crate) fn resolve<D: DataTiling>(tiling: &D, shape: &[usize]) -> Result<Vec<
     }
     let mut dims = Vec::with_capacity(shape.len());
     for (d, &size) in shape.iter().enumerate() {
-        let size32 = u32::try_from(size).map_err(|_| Error::Shape(format!("dimension {d} of {shape:?} exceeds u32")))?;
+        let size32 =
+            u32::try_from(size).map_err(|_| Error::Shape(format!("dimension {d} of {shape:?} exceeds u32")))?;
         let dim = match tiling.dim(d, size) {
-            DimSpec::Whole => HostDim { size: size32, tile: size32.max(1), bounds: vec![] },
+            DimSpec::Whole => HostDim {
+                size: size32,
+                tile: size32.max(1),
+                bounds: vec![],
+            },
             DimSpec::Tile(0) => {
-                return Err(Error::Tiling(format!("{}: data tile size 0 in dimension {d}", tiling.describe())));
+                return Err(Error::Tiling(format!(
+                    "{}: data tile size 0 in dimension {d}",
+                    tiling.describe()
+                )));
             }
-            DimSpec::Tile(t) => HostDim { size: size32, tile: t, bounds: vec![] },
+            DimSpec::Tile(t) => HostDim {
+                size: size32,
+                tile: t,
+                bounds: vec![],
+            },
             DimSpec::Bounds(b) => {
                 let ok = b.first() == Some(&0) && b.last() == Some(&size32) && b.windows(2).all(|w| w[0] < w[1]);
                 if !ok {
@@ -242,13 +267,20 @@ pub(crate) fn resolve<D: DataTiling>(tiling: &D, shape: &[usize]) -> Result<Vec<
                         tiling.describe()
                     )));
                 }
-                HostDim { size: size32, tile: 0, bounds: b }
+                HostDim {
+                    size: size32,
+                    tile: 0,
+                    bounds: b,
+                }
             }
         };
         dims.push(dim);
     }
     if dims.iter().map(|d| d.count() as u64).product::<u64>() > u32::MAX as u64 {
-        return Err(Error::Tiling(format!("{} cuts {shape:?} into too many data tiles", tiling.describe())));
+        return Err(Error::Tiling(format!(
+            "{} cuts {shape:?} into too many data tiles",
+            tiling.describe()
+        )));
     }
     Ok(dims)
 }
@@ -277,9 +309,21 @@ pub fn calc_target(dtile: &DimSpec, size: u32, ktile: u32, j: u32) -> u32 {
 
 fn spec_to_host(spec: &DimSpec, size: u32) -> HostDim {
     match spec {
-        DimSpec::Whole => HostDim { size, tile: size.max(1), bounds: vec![] },
-        DimSpec::Tile(t) => HostDim { size, tile: (*t).max(1), bounds: vec![] },
-        DimSpec::Bounds(b) => HostDim { size, tile: 0, bounds: b.clone() },
+        DimSpec::Whole => HostDim {
+            size,
+            tile: size.max(1),
+            bounds: vec![],
+        },
+        DimSpec::Tile(t) => HostDim {
+            size,
+            tile: (*t).max(1),
+            bounds: vec![],
+        },
+        DimSpec::Bounds(b) => HostDim {
+            size,
+            tile: 0,
+            bounds: b.clone(),
+        },
     }
 }
 
@@ -291,7 +335,11 @@ pub(crate) fn device_dims(dims: &[HostDim], tables: &[u64]) -> [DimTiling; MAX_R
             size: h.size,
             tile: h.tile,
             count: h.count(),
-            bounds: if h.tile == 0 { tables.get(d).copied().unwrap_or(0) as *const u32 } else { std::ptr::null() },
+            bounds: if h.tile == 0 {
+                tables.get(d).copied().unwrap_or(0) as *const u32
+            } else {
+                std::ptr::null()
+            },
         };
     }
     out

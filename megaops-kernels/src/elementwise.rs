@@ -30,14 +30,7 @@ use megaops::device::thread::thread_idx_x;
 )]
 #[config(BM = 1, THREADS = 128)]
 #[config(BM = 8, THREADS = 256)]
-pub unsafe fn embedding(
-    ids: *const u32,
-    table: *const bf16,
-    y: *mut bf16,
-    m: u32,
-    vocab: u32,
-    h: u32,
-) {
+pub unsafe fn embedding(ids: *const u32, table: *const bf16, y: *mut bf16, m: u32, vocab: u32, h: u32) {
     let row0 = pid_m * BM;
     let rows = BM.min(m - row0);
     let mut r = 0;
@@ -58,13 +51,7 @@ pub unsafe fn embedding(
 /// # Safety
 /// `dst` valid for `h` elements; `table` for `vocab · h`.
 #[inline(always)]
-unsafe fn copy_row<const THREADS: u32>(
-    table: *const bf16,
-    id: u32,
-    vocab: u32,
-    dst: *mut bf16,
-    h: u32,
-) {
+unsafe fn copy_row<const THREADS: u32>(table: *const bf16, id: u32, vocab: u32, dst: *mut bf16, h: u32) {
     let tid = thread_idx_x() as usize;
     let step = THREADS as usize;
     let valid = id < vocab;
@@ -108,10 +95,7 @@ unsafe fn copy_row<const THREADS: u32>(
         let mut i = tid;
         while i < h as usize {
             // SAFETY: i < h.
-            unsafe {
-                dst.add(i)
-                    .write(if valid { *src.add(i) } else { bf16::ZERO })
-            };
+            unsafe { dst.add(i).write(if valid { *src.add(i) } else { bf16::ZERO }) };
             i += step;
         }
     }
@@ -161,10 +145,7 @@ pub unsafe fn silu_mul(gu: *const bf16, y: *mut bf16, m: u32, inter: u32) {
                 unsafe {
                     let g = unpack8(ld_global_cg_v4_u32(gu.add(src).cast()));
                     let u = unpack8(ld_global_cg_v4_u32(gu.add(src + inter as usize).cast()));
-                    st_global_v4_u32(
-                        y.add(dst).cast(),
-                        pack8(core::array::from_fn(|i| silu(g[i]) * u[i])),
-                    );
+                    st_global_v4_u32(y.add(dst).cast(), pack8(core::array::from_fn(|i| silu(g[i]) * u[i])));
                 }
                 v += THREADS;
             }
@@ -179,9 +160,7 @@ pub unsafe fn silu_mul(gu: *const bf16, y: *mut bf16, m: u32, inter: u32) {
             // SAFETY: in bounds as above; volatile loads are not served from a stale L1 line.
             unsafe {
                 let g = bf16_bits_to_f32(core::ptr::read_volatile(gu.add(src)).to_bits());
-                let u = bf16_bits_to_f32(
-                    core::ptr::read_volatile(gu.add(src + inter as usize)).to_bits(),
-                );
+                let u = bf16_bits_to_f32(core::ptr::read_volatile(gu.add(src + inter as usize)).to_bits());
                 y.add(r as usize * inter as usize + c as usize)
                     .write(bf16::from_f32(silu(g) * u));
             }

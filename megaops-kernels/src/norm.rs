@@ -150,13 +150,7 @@ impl Row {
 /// # Safety
 /// The row pointers are valid for `h` elements; `THREADS` is the CTA size.
 #[inline(always)]
-unsafe fn norm_row<const THREADS: u32, const V: usize>(
-    row: Row,
-    w: *const bf16,
-    y: *mut bf16,
-    h: u32,
-    eps: f32,
-) {
+unsafe fn norm_row<const THREADS: u32, const V: usize>(row: Row, w: *const bf16, y: *mut bf16, h: u32, eps: f32) {
     let addrs = row.x as usize | row.res as usize | row.res_out as usize | w as usize | y as usize;
     if h.is_multiple_of(8) && addrs.is_multiple_of(16) {
         // SAFETY: forwarded; alignment checked above.
@@ -222,13 +216,7 @@ unsafe fn store_norm(v: [u32; 4], w: *const bf16, y: *mut bf16, k: usize, rstd: 
 /// # Safety
 /// As for [`norm_row`], with `h % 8 == 0` and 16-byte aligned pointers.
 #[inline(always)]
-unsafe fn norm_row_vec<const THREADS: u32, const V: usize>(
-    row: Row,
-    w: *const bf16,
-    y: *mut bf16,
-    h: u32,
-    eps: f32,
-) {
+unsafe fn norm_row_vec<const THREADS: u32, const V: usize>(row: Row, w: *const bf16, y: *mut bf16, h: u32, eps: f32) {
     let tid = thread_idx_x() as usize;
     let nvec = (h / 8) as usize;
     let step = THREADS as usize;
@@ -281,13 +269,7 @@ unsafe fn norm_row_vec<const THREADS: u32, const V: usize>(
 /// # Safety
 /// As for [`norm_row`].
 #[inline(always)]
-unsafe fn norm_row_scalar<const THREADS: u32>(
-    row: Row,
-    w: *const bf16,
-    y: *mut bf16,
-    h: u32,
-    eps: f32,
-) {
+unsafe fn norm_row_scalar<const THREADS: u32>(row: Row, w: *const bf16, y: *mut bf16, h: u32, eps: f32) {
     let tid = thread_idx_x() as usize;
     let (h, step) = (h as usize, THREADS as usize);
     let value = |i: usize| -> bf16 {
@@ -325,10 +307,7 @@ unsafe fn norm_row_scalar<const THREADS: u32>(
             }
         };
         // SAFETY: i < h.
-        unsafe {
-            y.add(i)
-                .write(bf16::from_f32(to_f32(v) * rstd * to_f32(*w.add(i))))
-        };
+        unsafe { y.add(i).write(bf16::from_f32(to_f32(v) * rstd * to_f32(*w.add(i)))) };
         i += step;
     }
 }

@@ -196,8 +196,7 @@ unsafe fn rope_tile<const D: u32, const THREADS: u32>(
             0
         };
         // SAFETY: row `pos < max_pos` of the table.
-        let rotated =
-            unsafe { rotate::<D>(x, p.cos_sin.add((pos * D) as usize), chunk, lpv, p.flags) };
+        let rotated = unsafe { rotate::<D>(x, p.cos_sin.add((pos * D) as usize), chunk, lpv, p.flags) };
         if active {
             // SAFETY: t < m, slot checked against cache_rows.
             unsafe {
@@ -212,8 +211,7 @@ unsafe fn rope_tile<const D: u32, const THREADS: u32>(
                         } else {
                             (out.v_cache, j - p.hq - p.hkv, raw)
                         };
-                        let dst =
-                            slot as usize * (p.hkv * D) as usize + (h * D + 8 * chunk) as usize;
+                        let dst = slot as usize * (p.hkv * D) as usize + (h * D + 8 * chunk) as usize;
                         st_global_v4_u32(cache.add(dst).cast(), v);
                     }
                 }
@@ -251,13 +249,7 @@ fn head_norm(x: [f32; 8], w: [f32; 8], lpv: u32, d: u32, eps: f32, apply: bool) 
 /// # Safety
 /// `table` points to a row of `D` f32 (cos, then sin), 16-byte aligned.
 #[inline(always)]
-unsafe fn rotate<const D: u32>(
-    x: [f32; 8],
-    table: *const f32,
-    chunk: u32,
-    lpv: u32,
-    flags: u32,
-) -> [f32; 8] {
+unsafe fn rotate<const D: u32>(x: [f32; 8], table: *const f32, chunk: u32, lpv: u32, flags: u32) -> [f32; 8] {
     let half = (D / 2) as usize;
     if flags & INTERLEAVED != 0 {
         // Pairs (2i, 2i+1) of this lane: frequencies 4·chunk .. 4·chunk + 4.
@@ -377,8 +369,7 @@ mod table {
                     high_freq_factor,
                     original_max_position_embeddings: old,
                 } => {
-                    let (low_wavelen, high_wavelen) =
-                        (old / low_freq_factor, old / high_freq_factor);
+                    let (low_wavelen, high_wavelen) = (old / low_freq_factor, old / high_freq_factor);
                     plain
                         .map(|f| {
                             let wavelen = 2.0 * std::f64::consts::PI / f;
@@ -387,8 +378,7 @@ mod table {
                             } else if wavelen > low_wavelen {
                                 f / factor
                             } else {
-                                let smooth = (old / wavelen - low_freq_factor)
-                                    / (high_freq_factor - low_freq_factor);
+                                let smooth = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
                                 (1.0 - smooth) * f / factor + smooth * f
                             }
                         })

@@ -36,11 +36,7 @@ pub fn ord(v: f32) -> u32 {
         return u32::MAX;
     }
     let b = if v == 0.0 { 0 } else { v.to_bits() };
-    if b & 0x8000_0000 != 0 {
-        !b
-    } else {
-        b | 0x8000_0000
-    }
+    if b & 0x8000_0000 != 0 { !b } else { b | 0x8000_0000 }
 }
 
 /// The sort key of logit `v` at column `index`: larger key = better (larger value, then
@@ -84,14 +80,7 @@ pub fn key_index(key: u64) -> u32 {
 )]
 #[config(CHUNK = 8192, THREADS = 256)]
 #[config(CHUNK = 2048, THREADS = 128)]
-pub unsafe fn argmax(
-    logits: *const f32,
-    ids: *mut u32,
-    partial: *mut u32,
-    counters: *mut u32,
-    m: u32,
-    vocab: u32,
-) {
+pub unsafe fn argmax(logits: *const f32, ids: *mut u32, partial: *mut u32, counters: *mut u32, m: u32, vocab: u32) {
     let chunks = vocab.div_ceil(CHUNK);
     let (v0, v1) = (pid_v * CHUNK, (pid_v * CHUNK + CHUNK).min(vocab));
     let red = shared::dynamic::<u64>();

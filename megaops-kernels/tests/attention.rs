@@ -39,14 +39,7 @@ fn attend_ref(q: &[f64], keys: &[&[f64]], values: &[&[f64]], scale: f64) -> Vec<
 }
 
 /// A KV cache `[batch·max_seq, hkv·d]` of random values, NaN at positions `>= valid[b]`.
-fn cache(
-    batch: usize,
-    max_seq: usize,
-    hkv: usize,
-    d: usize,
-    valid: &[usize],
-    seed: u64,
-) -> Vec<bf16> {
+fn cache(batch: usize, max_seq: usize, hkv: usize, d: usize, valid: &[usize], seed: u64) -> Vec<bf16> {
     let mut c = random::<bf16>(batch * max_seq * hkv * d, 1.0, seed);
     for (b, &n) in valid.iter().enumerate() {
         for p in n..max_seq {
@@ -108,10 +101,8 @@ fn check_decode(dev: &Device, c: &Decode) -> Result<()> {
     let kt = Tensor::from_slice(dev, &[rows, hkv * d], &k)?;
     let vt = Tensor::from_slice(dev, &[rows, hkv * d], &v)?;
     let lt = Tensor::from_slice(dev, &[batch], &c.lens)?;
-    let mut ws =
-        DecodeWorkspace::new(dev, batch as u32, hq as u32, hkv as u32, d as u32, c.splits)?;
-    let config = decode::config_index(d as u32, hq as u32, hkv as u32)
-        .expect("a decode config for the shape");
+    let mut ws = DecodeWorkspace::new(dev, batch as u32, hq as u32, hkv as u32, d as u32, c.splits)?;
+    let config = decode::config_index(d as u32, hq as u32, hkv as u32).expect("a decode config for the shape");
     let want = decode_ref(c, &f64s(&q), &f64s(&k), &f64s(&v));
     // Twice: the second launch relies on the first having reset the split counters.
     for round in 0..2 {
@@ -179,9 +170,7 @@ fn check_prefill(dev: &Device, c: &Prefill) -> Result<()> {
     let mut opts = LaunchOptions::config(c.config);
     if c.longest_first {
         let bm = prefill::CONFIG_SHAPES[c.config].1;
-        opts = opts.remap(prefill::longest_first(
-            dev, m as u32, seq as u32, bm, hq as u32,
-        )?);
+        opts = opts.remap(prefill::longest_first(dev, m as u32, seq as u32, bm, hq as u32)?);
     }
     prefill_attention::launch_with(
         &s,
@@ -243,14 +232,8 @@ fn config_tables_match_the_kernels() {
             info.name
         );
     }
-    assert_eq!(
-        prefill_attention::CONFIGS.len(),
-        prefill::CONFIG_SHAPES.len()
-    );
-    for (info, (d, bm)) in prefill_attention::CONFIGS
-        .iter()
-        .zip(prefill::CONFIG_SHAPES)
-    {
+    assert_eq!(prefill_attention::CONFIGS.len(), prefill::CONFIG_SHAPES.len());
+    for (info, (d, bm)) in prefill_attention::CONFIGS.iter().zip(prefill::CONFIG_SHAPES) {
         assert!(
             info.name.contains(&format!("D={d}")) && info.name.contains(&format!("BM={bm}")),
             "{}",
@@ -352,10 +335,7 @@ fn decode_on_the_cpu_backend() -> Result<()> {
 fn decode_with_many_splits_and_a_batch_of_sixteen() -> Result<()> {
     let seed = fresh_seed("decode_with_many_splits_and_a_batch_of_sixteen");
     let dev = cpu_device(seed)?;
-    let lens: Vec<u32> = random_ints(16, 1, 41, seed)
-        .into_iter()
-        .map(|l| l as u32)
-        .collect();
+    let lens: Vec<u32> = random_ints(16, 1, 41, seed).into_iter().map(|l| l as u32).collect();
     check_decode(
         &dev,
         &Decode {
@@ -394,12 +374,7 @@ fn prefill_on_the_cpu_backend() -> Result<()> {
         let (d, _) = prefill::CONFIG_SHAPES[config];
         // seq 1; a tile spanning several sequences; seq not a multiple of BM or BN; a
         // continued prompt (start_pos > 0).
-        for (batch, seq, start_pos, hq, hkv) in [
-            (1, 1, 0, 2, 1),
-            (3, 5, 0, 4, 2),
-            (1, 70, 9, 2, 2),
-            (2, 66, 0, 4, 1),
-        ] {
+        for (batch, seq, start_pos, hq, hkv) in [(1, 1, 0, 2, 1), (3, 5, 0, 4, 2), (1, 70, 9, 2, 2), (2, 66, 0, 4, 1)] {
             k += 1;
             let c = Prefill {
                 longest_first: k.is_multiple_of(3),
@@ -459,8 +434,7 @@ fn rope_then_decode_through_tiled_tensors() -> Result<()> {
         let mut o = Tiled::<bf16, DynRows>::new(&dev, &[batch, hq * d], DynRows(1), "o")?;
         let unused = Tensor::<bf16>::zeros(&dev, &[d])?;
         let splits = 3;
-        let mut ws =
-            DecodeWorkspace::new(&dev, batch as u32, hq as u32, hkv as u32, d as u32, splits)?;
+        let mut ws = DecodeWorkspace::new(&dev, batch as u32, hq as u32, hkv as u32, d as u32, splits)?;
         qk_norm_rope::launch_with(
             &s,
             &LaunchOptions::config(2),
@@ -483,9 +457,7 @@ fn rope_then_decode_through_tiled_tensors() -> Result<()> {
         )?;
         decode_attention::launch_with(
             &s,
-            &LaunchOptions::config(
-                decode::config_index(d as u32, hq as u32, hkv as u32).expect("config"),
-            ),
+            &LaunchOptions::config(decode::config_index(d as u32, hq as u32, hkv as u32).expect("config")),
             &q,
             &kc,
             &vc,
@@ -527,8 +499,7 @@ fn rope_then_decode_through_tiled_tensors() -> Result<()> {
             }
             for j in 0..hkv {
                 let at = (slots[b] as usize * hkv + j) * d;
-                kf[at..at + d]
-                    .copy_from_slice(&rot(&row[(hq + j) * d..(hq + j + 1) * d], positions[b]));
+                kf[at..at + d].copy_from_slice(&rot(&row[(hq + j) * d..(hq + j + 1) * d], positions[b]));
                 vf[at..at + d].copy_from_slice(&row[(hq + hkv + j) * d..(hq + hkv + j + 1) * d]);
             }
         }
@@ -585,9 +556,7 @@ fn attention_on_the_gpu_at_model_sizes() -> Result<()> {
                 },
             )?;
         }
-        for config in (0..prefill_attention::CONFIGS.len())
-            .filter(|&c| prefill::CONFIG_SHAPES[c].0 == d as u32)
-        {
+        for config in (0..prefill_attention::CONFIGS.len()).filter(|&c| prefill::CONFIG_SHAPES[c].0 == d as u32) {
             for (batch, seq, start_pos) in [(1usize, 1000usize, 0usize), (2, 129, 17)] {
                 check_prefill(
                     &dev,

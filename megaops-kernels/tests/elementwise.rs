@@ -4,9 +4,7 @@
 //! embedding → RMSNorm → SiLU·mul through `Tiled` tensors on an AsyncStream.
 
 use megaops::testing::{assert_close, cpu_device, fresh_seed, gpu_or_skip, random, random_ints};
-use megaops::{
-    AsyncStream, Device, DynGrid, DynRows, LaunchOptions, Result, Stream, Tensor, Tiled, bf16,
-};
+use megaops::{AsyncStream, Device, DynGrid, DynRows, LaunchOptions, Result, Stream, Tensor, Tiled, bf16};
 use megaops_kernels::elementwise::{embedding, silu_mul};
 use megaops_kernels::norm::rmsnorm;
 
@@ -37,14 +35,7 @@ fn embedding_ref(table: &[f64], ids: &[u32], vocab: usize, h: usize) -> Vec<f64>
         .collect()
 }
 
-fn check_embedding(
-    dev: &Device,
-    m: usize,
-    vocab: usize,
-    h: usize,
-    config: usize,
-    seed: u64,
-) -> Result<()> {
+fn check_embedding(dev: &Device, m: usize, vocab: usize, h: usize, config: usize, seed: u64) -> Result<()> {
     let s = Stream::new(dev)?;
     let table = random::<bf16>(vocab * h, 1.0, seed);
     // Ids include a few past the vocabulary (they give zero rows).
@@ -58,16 +49,7 @@ fn check_embedding(
     );
     let mut y = Tensor::full(dev, &[m, h], POISON)?;
     let opts = LaunchOptions::config(config);
-    embedding::launch_with(
-        &s,
-        &opts,
-        &it,
-        &tt,
-        &mut y,
-        m as u32,
-        vocab as u32,
-        h as u32,
-    )?;
+    embedding::launch_with(&s, &opts, &it, &tt, &mut y, m as u32, vocab as u32, h as u32)?;
     let want = embedding_ref(&f64s(&table), &ids, vocab, h);
     assert_close(
         &format!("embedding m={m} vocab={vocab} h={h} config {config}"),
@@ -83,14 +65,7 @@ fn check_silu_mul(dev: &Device, m: usize, inter: usize, config: usize, seed: u64
     let gu = random::<bf16>(m * 2 * inter, 4.0, seed);
     let gt = Tensor::from_slice(dev, &[m, 2 * inter], &gu)?;
     let mut y = Tensor::full(dev, &[m, inter], POISON)?;
-    silu_mul::launch_with(
-        &s,
-        &LaunchOptions::config(config),
-        &gt,
-        &mut y,
-        m as u32,
-        inter as u32,
-    )?;
+    silu_mul::launch_with(&s, &LaunchOptions::config(config), &gt, &mut y, m as u32, inter as u32)?;
     let want = silu_mul_ref(&f64s(&gu), m, inter);
     assert_close(
         &format!("silu_mul m={m} inter={inter} config {config}"),
@@ -122,10 +97,7 @@ fn silu_mul_on_the_cpu_backend() -> Result<()> {
     let dev = cpu_device(seed)?;
     // inter: one vector, a partial column tile (1030 = 1024 + 6 is not a multiple of 8:
     // scalar path), several column tiles (2056), odd sizes.
-    for (i, &(m, inter)) in [(1, 8), (3, 1030), (17, 2056), (2, 5), (20, 96)]
-        .iter()
-        .enumerate()
-    {
+    for (i, &(m, inter)) in [(1, 8), (3, 1030), (17, 2056), (2, 5), (20, 96)].iter().enumerate() {
         for config in 0..silu_mul::CONFIGS.len() {
             check_silu_mul(&dev, m, inter, config, seed.wrapping_add(i as u64))?;
         }
@@ -197,12 +169,7 @@ fn embedding_rmsnorm_silu_chain_through_tiled_tensors() -> Result<()> {
             );
         }
         assert_close("chain: embedding", &x.to_vec()?, &xr, 0.0);
-        assert_close(
-            "chain: silu_mul",
-            &a.to_vec()?,
-            &silu_mul_ref(&yr, m, inter),
-            5e-3,
-        );
+        assert_close("chain: silu_mul", &a.to_vec()?, &silu_mul_ref(&yr, m, inter), 5e-3);
     }
     Ok(())
 }

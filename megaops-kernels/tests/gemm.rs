@@ -27,12 +27,7 @@ fn reference_nt(a: &[f64], w: &[f64], n: usize, k: usize, rows: &[usize]) -> Vec
     let mut c = Vec::with_capacity(rows.len() * n);
     for &i in rows {
         let ar = &a[i * k..(i + 1) * k];
-        c.extend((0..n).map(|j| {
-            ar.iter()
-                .zip(&w[j * k..(j + 1) * k])
-                .map(|(x, y)| x * y)
-                .sum::<f64>()
-        }));
+        c.extend((0..n).map(|j| ar.iter().zip(&w[j * k..(j + 1) * k]).map(|(x, y)| x * y).sum::<f64>()));
     }
     c
 }
@@ -59,10 +54,7 @@ fn rows_to_check(m: usize, n: usize, k: usize, seed: u64) -> Vec<usize> {
     if m * n * k <= 1 << 27 {
         return (0..m).collect();
     }
-    let mut rows: Vec<usize> = (0..m)
-        .step_by(64)
-        .flat_map(|r| [r, (r + 63).min(m - 1)])
-        .collect();
+    let mut rows: Vec<usize> = (0..m).step_by(64).flat_map(|r| [r, (r + 63).min(m - 1)]).collect();
     rows.extend(
         megaops::testing::random_ints(16, 0, m as i64, seed)
             .into_iter()
@@ -135,11 +127,7 @@ impl Problem {
             kernel_config_name(nn, config)
         );
         if let Some(i) = out.iter().position(|x| x.is_nan()) {
-            panic!(
-                "{what}: element ({}, {}) was not written",
-                i / n.max(1),
-                i % n.max(1)
-            );
+            panic!("{what}: element ({}, {}) was not written", i / n.max(1), i % n.max(1));
         }
         let got: Vec<bf16> = self
             .rows
@@ -152,22 +140,12 @@ impl Problem {
 }
 
 /// One problem, one config.
-fn check(
-    dev: &Device,
-    shape: (usize, usize, usize),
-    config: usize,
-    nn: bool,
-    seed: u64,
-) -> Result<()> {
+fn check(dev: &Device, shape: (usize, usize, usize), config: usize, nn: bool, seed: u64) -> Result<()> {
     Problem::new(dev, shape, nn, seed)?.run(config)
 }
 
 fn kernel_config_name(nn: bool, config: usize) -> &'static str {
-    let configs = if nn {
-        matmul_nn::CONFIGS
-    } else {
-        matmul::CONFIGS
-    };
+    let configs = if nn { matmul_nn::CONFIGS } else { matmul::CONFIGS };
     configs.get(config).map_or("?", |c| c.name)
 }
 
@@ -189,22 +167,10 @@ fn every_config_on_the_cpu_backend() -> Result<()> {
     assert_eq!(matmul::CONFIGS.len(), matmul_nn::CONFIGS.len());
     for config in 0..matmul::CONFIGS.len() {
         for nn in [false, true] {
-            check(
-                &dev,
-                (128, 128, 64),
-                config,
-                nn,
-                seed.wrapping_add(config as u64),
-            )?;
+            check(&dev, (128, 128, 64), config, nn, seed.wrapping_add(config as u64))?;
             let (m, n, k) = AWKWARD[(config + 3 * nn as usize) % AWKWARD.len()];
             let n = if nn { n.next_multiple_of(8) } else { n };
-            check(
-                &dev,
-                (m, n, k),
-                config,
-                nn,
-                seed.wrapping_add(100 + config as u64),
-            )?;
+            check(&dev, (m, n, k), config, nn, seed.wrapping_add(100 + config as u64))?;
         }
     }
     Ok(())
@@ -237,19 +203,10 @@ fn host_checks_reject_unsupported_shapes() -> Result<()> {
     );
     let w = Tensor::<bf16>::zeros(&dev, &[16, 24])?;
     assert!(gemm::check_matmul(4, 16, 24, &w).is_ok());
-    assert!(
-        gemm::check_matmul(4, 24, 16, &w).is_err(),
-        "W must be [n, k]"
-    );
-    assert!(
-        gemm::check_matmul_nn(4, 16, 24, &w).is_err(),
-        "B must be [k, n]"
-    );
+    assert!(gemm::check_matmul(4, 24, 16, &w).is_err(), "W must be [n, k]");
+    assert!(gemm::check_matmul_nn(4, 16, 24, &w).is_err(), "B must be [k, n]");
     let b = Tensor::<bf16>::zeros(&dev, &[24, 12])?;
-    assert!(
-        gemm::check_matmul_nn(4, 12, 24, &b).is_err(),
-        "NN needs n % 8 == 0"
-    );
+    assert!(gemm::check_matmul_nn(4, 12, 24, &b).is_err(), "NN needs n % 8 == 0");
     // The launchers refuse the same before anything runs.
     let s = Stream::new(&dev)?;
     let a = Tensor::<bf16>::zeros(&dev, &[4, 12])?;
@@ -297,29 +254,10 @@ fn check_chain(
     let (mu, k1u, n1u, n2u) = (m as u32, k1 as u32, n1 as u32, n2 as u32);
     gemm::check_matmul(mu, n1u, k1u, &w1t)?;
     gemm::check_matmul(mu, n2u, n1u, &w2t)?;
-    matmul::launch_with(
-        &s,
-        &LaunchOptions::config(p),
-        &xt,
-        &w1t,
-        &mut y,
-        mu,
-        n1u,
-        k1u,
-    )?;
-    matmul::launch_with(
-        &s,
-        &LaunchOptions::config(q),
-        &y,
-        &w2t,
-        &mut z,
-        mu,
-        n2u,
-        n1u,
-    )?;
+    matmul::launch_with(&s, &LaunchOptions::config(p), &xt, &w1t, &mut y, mu, n1u, k1u)?;
+    matmul::launch_with(&s, &LaunchOptions::config(q), &y, &w2t, &mut z, mu, n2u, n1u)?;
     s.synchronize()?;
-    let what =
-        format!("chain m={m} k1={k1} n1={n1} n2={n2}, producer config {p}, consumer config {q}");
+    let what = format!("chain m={m} k1={k1} n1={n1} n2={n2}, producer config {p}, consumer config {q}");
     let rows: Vec<usize> = (0..m).collect();
     let y_ref = reference_nt(&f64s(&x), &f64s(&w1), n1, k1, &rows);
     let y_out = y.to_vec()?;
@@ -338,13 +276,7 @@ fn figure1_chain_on_the_cpu_backend() -> Result<()> {
         // Producer 128×256 tiles (2 data tiles per CTA row) → consumer 64×64 tiles.
         check_chain(&dev, (192, 64, 128, 96), 1, 5, vseed.wrapping_add(i as u64))?;
         // Producer 64×64 tiles (several CTAs per data tile) → consumer 128×128 tiles.
-        check_chain(
-            &dev,
-            (150, 32, 136, 72),
-            5,
-            0,
-            vseed.wrapping_add(10 + i as u64),
-        )?;
+        check_chain(&dev, (150, 32, 136, 72), 5, 0, vseed.wrapping_add(10 + i as u64))?;
     }
     Ok(())
 }
@@ -384,13 +316,7 @@ fn figure1_chain_on_the_gpu() -> Result<()> {
     };
     let seed = fresh_seed("figure1_chain_on_the_gpu");
     for (i, &(p, q)) in [(1, 5), (0, 4), (2, 3), (5, 1)].iter().enumerate() {
-        check_chain(
-            &dev,
-            (1000, 512, 1024, 768),
-            p,
-            q,
-            seed.wrapping_add(i as u64),
-        )?;
+        check_chain(&dev, (1000, 512, 1024, 768), p, q, seed.wrapping_add(i as u64))?;
     }
     Ok(())
 }

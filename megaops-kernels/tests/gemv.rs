@@ -28,11 +28,7 @@ fn matmul_nt(x: &[f64], w: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
     for i in 0..m {
         let xr = &x[i * k..(i + 1) * k];
         for j in 0..n {
-            y[i * n + j] = xr
-                .iter()
-                .zip(&w[j * k..(j + 1) * k])
-                .map(|(a, b)| a * b)
-                .sum();
+            y[i * n + j] = xr.iter().zip(&w[j * k..(j + 1) * k]).map(|(a, b)| a * b).sum();
         }
     }
     y
@@ -112,15 +108,7 @@ fn check_gemv(dev: &Device, m: usize, n: usize, k: usize, config: usize, seed: u
 
 /// Two launches with fresh inputs through the same workspace: the second only works if
 /// the first left every counter at zero (checked at the end too).
-fn check_gemv_splitk(
-    dev: &Device,
-    m: usize,
-    n: usize,
-    k: usize,
-    config: usize,
-    splits: u32,
-    seed: u64,
-) -> Result<()> {
+fn check_gemv_splitk(dev: &Device, m: usize, n: usize, k: usize, config: usize, splits: u32, seed: u64) -> Result<()> {
     let s = Stream::new(dev)?;
     let mut ws = SplitWorkspace::new(dev, m, n, splits as usize, 1)?;
     for round in 0..2u64 {
@@ -142,8 +130,7 @@ fn check_gemv_splitk(
             ku,
             splits,
         )?;
-        let what =
-            format!("gemv_splitk m={m} n={n} k={k} config {config} splits {splits} round {round}");
+        let what = format!("gemv_splitk m={m} n={n} k={k} config {config} splits {splits} round {round}");
         assert_close(&what, &y.to_vec()?, &p.reference(), TOL_BF16);
     }
     assert!(
@@ -153,15 +140,7 @@ fn check_gemv_splitk(
     Ok(())
 }
 
-fn check_gate_up(
-    dev: &Device,
-    m: usize,
-    inter: usize,
-    k: usize,
-    config: usize,
-    splits: u32,
-    seed: u64,
-) -> Result<()> {
+fn check_gate_up(dev: &Device, m: usize, inter: usize, k: usize, config: usize, splits: u32, seed: u64) -> Result<()> {
     let s = Stream::new(dev)?;
     let mut ws = SplitWorkspace::new(dev, m, inter, splits as usize, 2)?;
     for round in 0..2u64 {
@@ -188,9 +167,7 @@ fn check_gate_up(
             )?;
         }
         let want = gate_up_ref(&f64s(&p.x), &f64s(&p.w), m, inter, k);
-        let what = format!(
-            "gate_up_silu m={m} inter={inter} k={k} config {config} splits {splits} round {round}"
-        );
+        let what = format!("gate_up_silu m={m} inter={inter} k={k} config {config} splits {splits} round {round}");
         assert_close(&what, &h.to_vec()?, &want, TOL_BF16);
     }
     assert!(
@@ -200,22 +177,11 @@ fn check_gate_up(
     Ok(())
 }
 
-fn check_lm_head(
-    dev: &Device,
-    m: usize,
-    vocab: usize,
-    k: usize,
-    config: usize,
-    seed: u64,
-) -> Result<()> {
+fn check_lm_head(dev: &Device, m: usize, vocab: usize, k: usize, config: usize, seed: u64) -> Result<()> {
     let s = Stream::new(dev)?;
     let p = Problem::new(m, vocab, k, seed);
     let (x, w) = p.tensors(dev)?;
-    let mut logits = Tensor::full(
-        dev,
-        &[m, vocab],
-        f32::from_bits(megaops::testing::POISON_WORD),
-    )?;
+    let mut logits = Tensor::full(dev, &[m, vocab], f32::from_bits(megaops::testing::POISON_WORD))?;
     lm_head::launch_with(
         &s,
         &LaunchOptions::config(config),
@@ -233,8 +199,7 @@ fn check_lm_head(
 
 /// (m, n, k): n and k off every tile size; m on both n-tile counts and the single-tile
 /// fast path (m ≤ 8).
-const SHAPES: [(usize, usize, usize); 4] =
-    [(1, 40, 64), (16, 200, 520), (5, 130, 264), (9, 17, 1000)];
+const SHAPES: [(usize, usize, usize); 4] = [(1, 40, 64), (16, 200, 520), (5, 130, 264), (9, 17, 1000)];
 
 #[test]
 fn gemv_every_config_on_the_cpu_backend() -> Result<()> {
@@ -244,14 +209,7 @@ fn gemv_every_config_on_the_cpu_backend() -> Result<()> {
         for (i, &(m, n, k)) in SHAPES.iter().enumerate() {
             for config in 0..gemv::CONFIGS.len() {
                 if (i + config + vgpu as usize).is_multiple_of(2) {
-                    check_gemv(
-                        &dev,
-                        m,
-                        n,
-                        k,
-                        config,
-                        seed ^ (i as u64) << 8 ^ config as u64,
-                    )?;
+                    check_gemv(&dev, m, n, k, config, seed ^ (i as u64) << 8 ^ config as u64)?;
                 }
             }
         }
@@ -281,12 +239,7 @@ fn gemv_slow_paths_and_many_tokens_on_the_cpu_backend() -> Result<()> {
     let w = Tensor::from_slice(&dev, &[n, k], &p.w)?;
     let mut y = Tensor::full(&dev, &[m, n], POISON)?;
     gemv::launch(&s, &x, &w, &mut y, m as u32, n as u32, k as u32)?;
-    assert_close(
-        "gemv with misaligned x",
-        &y.to_vec()?,
-        &p.reference(),
-        TOL_BF16,
-    );
+    assert_close("gemv with misaligned x", &y.to_vec()?, &p.reference(), TOL_BF16);
     Ok(())
 }
 
@@ -316,15 +269,7 @@ fn gate_up_silu_on_the_cpu_backend() -> Result<()> {
     let dev = cpu_device(seed)?;
     for config in 0..gate_up_silu::CONFIGS.len() {
         let (m, inter, k) = [(1, 70, 200), (16, 40, 136), (7, 33, 64), (12, 16, 333)][config % 4];
-        check_gate_up(
-            &dev,
-            m,
-            inter,
-            k,
-            config,
-            1,
-            seed.wrapping_add(config as u64),
-        )?;
+        check_gate_up(&dev, m, inter, k, config, 1, seed.wrapping_add(config as u64))?;
         check_gate_up(
             &dev,
             m,
@@ -391,16 +336,7 @@ fn tiled_chain_on_an_async_stream() -> Result<()> {
                 hh.rearm();
             }
             let cfg = |i: usize, n: usize| LaunchOptions::config((i + round as usize + pass) % n);
-            gemv::launch_with(
-                &s,
-                &cfg(0, gemv::CONFIGS.len()),
-                &xt,
-                &w1t,
-                &mut a,
-                mu,
-                h1u,
-                h0u,
-            )?;
+            gemv::launch_with(&s, &cfg(0, gemv::CONFIGS.len()), &xt, &w1t, &mut a, mu, h1u, h0u)?;
             let splits = 2 + pass as u32;
             let opts = cfg(1, gemv_splitk::CONFIGS.len());
             gemv_splitk::launch_with(
@@ -430,18 +366,8 @@ fn tiled_chain_on_an_async_stream() -> Result<()> {
             s.synchronize()?;
             let (av, bv, hv) = (a.to_vec()?, b.to_vec()?, hh.to_vec()?);
             let what = |stage: &str| format!("chain round {round} pass {pass}: {stage}");
-            assert_close(
-                &what("a"),
-                &av,
-                &matmul_nt(&f64s(&x), &f64s(&w1), m, h1, h0),
-                TOL_BF16,
-            );
-            assert_close(
-                &what("b"),
-                &bv,
-                &matmul_nt(&f64s(&av), &f64s(&w2), m, h1, h1),
-                TOL_BF16,
-            );
+            assert_close(&what("a"), &av, &matmul_nt(&f64s(&x), &f64s(&w1), m, h1, h0), TOL_BF16);
+            assert_close(&what("b"), &bv, &matmul_nt(&f64s(&av), &f64s(&w2), m, h1, h1), TOL_BF16);
             assert_close(
                 &what("h"),
                 &hv,
@@ -481,16 +407,7 @@ fn planner_choices_at_model_shapes_on_a_16_sm_virtual_gpu() -> Result<()> {
         let p = Problem::new(m, n, k, seed ^ n as u64 ^ k as u64);
         let (x, w) = p.tensors(&dev)?;
         let mut y = Tensor::full(&dev, &[m, n], POISON)?;
-        let c = plan::linear(
-            &s,
-            &x,
-            &w,
-            &mut y,
-            Some(&mut ws),
-            m as u32,
-            n as u32,
-            k as u32,
-        )?;
+        let c = plan::linear(&s, &x, &w, &mut y, Some(&mut ws), m as u32, n as u32, k as u32)?;
         assert!(c.splits > 1, "n = {n} on 16 SMs should split k: {c:?}");
         assert_close(
             &format!("linear m={m} n={n} k={k} ({c:?})"),
@@ -503,16 +420,7 @@ fn planner_choices_at_model_shapes_on_a_16_sm_virtual_gpu() -> Result<()> {
     let p = Problem::new(m, 2 * inter, k, seed ^ 0x9a7e);
     let (x, w) = p.tensors(&dev)?;
     let mut h = Tensor::full(&dev, &[m, inter], POISON)?;
-    let c = plan::gate_up(
-        &s,
-        &x,
-        &w,
-        &mut h,
-        Some(&mut ws),
-        m as u32,
-        inter as u32,
-        k as u32,
-    )?;
+    let c = plan::gate_up(&s, &x, &w, &mut h, Some(&mut ws), m as u32, inter as u32, k as u32)?;
     let want = gate_up_ref(&f64s(&p.x), &f64s(&p.w), m, inter, k);
     assert_close(
         &format!("gate_up m={m} inter={inter} k={k} ({c:?})"),
@@ -551,16 +459,7 @@ fn gemv_on_the_gpu_at_model_shapes() -> Result<()> {
                 let p = Problem::new(m, n, k, sd ^ n as u64);
                 let (x, w) = p.tensors(&dev)?;
                 let mut y = Tensor::full(&dev, &[m, n], POISON)?;
-                let c = plan::linear(
-                    &s,
-                    &x,
-                    &w,
-                    &mut y,
-                    Some(&mut ws),
-                    m as u32,
-                    n as u32,
-                    k as u32,
-                )?;
+                let c = plan::linear(&s, &x, &w, &mut y, Some(&mut ws), m as u32, n as u32, k as u32)?;
                 assert_close(
                     &format!("linear m={m} n={n} k={k} ({c:?})"),
                     &y.to_vec()?,

@@ -37,14 +37,7 @@ fn inv_freq_ref(d: usize, base: f64, llama3: Option<(f64, f64, f64, f64)>) -> Ve
 }
 
 /// RMSNorm (optional) and rotation of one head vector, in f64.
-fn rotate_ref(
-    x: &[f64],
-    w: Option<&[f64]>,
-    inv: &[f64],
-    pos: u32,
-    interleaved: bool,
-    eps: f64,
-) -> Vec<f64> {
+fn rotate_ref(x: &[f64], w: Option<&[f64]>, inv: &[f64], pos: u32, interleaved: bool, eps: f64) -> Vec<f64> {
     let d = x.len();
     let x: Vec<f64> = match w {
         Some(w) => {
@@ -122,10 +115,7 @@ fn check(dev: &Device, c: &Case) -> Result<()> {
     let pos_t = Tensor::from_slice(dev, &[m], &positions)?;
     let slot_t = Tensor::from_slice(dev, &[m], &slots)?;
     let table_t = table.upload(dev)?;
-    let (qn_t, kn_t) = (
-        Tensor::from_slice(dev, &[d], &qn)?,
-        Tensor::from_slice(dev, &[d], &kn)?,
-    );
+    let (qn_t, kn_t) = (Tensor::from_slice(dev, &[d], &qn)?, Tensor::from_slice(dev, &[d], &kn)?);
     let mut q_out = Tensor::full(dev, &[m, hq * d], POISON)?;
     let mut kc = Tensor::from_slice(dev, &[c.cache_rows, hkv * d], &old_k)?;
     let mut vc = Tensor::from_slice(dev, &[c.cache_rows, hkv * d], &old_v)?;
@@ -259,10 +249,7 @@ fn rope_on_the_gpu_at_model_sizes() -> Result<()> {
     let seed = fresh_seed("rope_on_the_gpu_at_model_sizes");
     // Qwen3-8B (32/8 heads of 128, QK-norm) and Llama-3.2-1B (32/8 heads of 64, llama3
     // scaling); decode and prefill token counts.
-    let shapes = [
-        (128usize, 32usize, 8usize, QK_NORM, false),
-        (64, 32, 8, 0, true),
-    ];
+    let shapes = [(128usize, 32usize, 8usize, QK_NORM, false), (64, 32, 8, 0, true)];
     for (i, &(d, hq, hkv, flags, llama3)) in shapes.iter().enumerate() {
         for (j, m) in [1usize, 16, 1000].into_iter().enumerate() {
             let config = if d == 128 { 0 } else { 2 } + usize::from(m > 16);

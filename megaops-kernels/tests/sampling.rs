@@ -93,10 +93,7 @@ fn argmax_on_the_cpu_backend() -> Result<()> {
         for config in 0..argmax::CONFIGS.len() {
             // One element; one chunk; several chunks with a partial last one; unaligned
             // rows (vocab % 4 != 0: 4-byte loads); a tiny unaligned vocabulary.
-            for (i, &(m, vocab)) in [(1, 1), (3, 2048), (6, 9000), (7, 5001), (16, 7)]
-                .iter()
-                .enumerate()
-            {
+            for (i, &(m, vocab)) in [(1, 1), (3, 2048), (6, 9000), (7, 5001), (16, 7)].iter().enumerate() {
                 check_argmax(
                     &dev,
                     m,
@@ -126,8 +123,7 @@ fn lm_head_then_argmax_through_tiled_logits() -> Result<()> {
             Tensor::from_slice(&dev, &[vocab, k], &w)?,
         );
         let mut l = Tiled::<f32, DynGrid>::new(&dev, &[m, vocab], DynGrid(2, 1024), "logits")?;
-        let mut ids =
-            Tiled::<u32, megaops::DynChunks>::new(&dev, &[m], megaops::DynChunks(1), "ids")?;
+        let mut ids = Tiled::<u32, megaops::DynChunks>::new(&dev, &[m], megaops::DynChunks(1), "ids")?;
         let mut ws = ArgmaxWorkspace::new(&dev, m, vocab)?;
         let cfg = round as usize;
         lm_head::launch_with(

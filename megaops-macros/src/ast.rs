@@ -4,9 +4,7 @@
 //! Building it reports only syntax errors; whether the pieces fit together is
 //! [`crate::valid`]'s job, and [`crate::expand`] relies on what that checked.
 
-use crate::attr::{
-    self, ArgItem, AxisDecl, ConfigAttr, KernelArgs, Role, SyncDecl, SyncOption, TileCoord,
-};
+use crate::attr::{self, ArgItem, AxisDecl, ConfigAttr, KernelArgs, Role, SyncDecl, SyncOption, TileCoord};
 use crate::ctxt::Ctxt;
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::ToTokens;
@@ -179,12 +177,7 @@ impl Kernel {
                 attrs.push(a.clone());
             }
         }
-        let params = item
-            .sig
-            .inputs
-            .iter()
-            .map(Param::from_arg)
-            .collect::<Vec<_>>();
+        let params = item.sig.inputs.iter().map(Param::from_arg).collect::<Vec<_>>();
         let mut kernel = Kernel {
             docs,
             attrs,
@@ -198,13 +191,7 @@ impl Kernel {
             debug: false,
             syncs: Vec::new(),
             configs: typed_configs(config_attrs),
-            stmts: item
-                .block
-                .stmts
-                .iter()
-                .cloned()
-                .map(BodyStmt::from_stmt)
-                .collect(),
+            stmts: item.block.stmts.iter().cloned().map(BodyStmt::from_stmt).collect(),
             params,
             item,
             args: KernelArgs::default(),
@@ -232,10 +219,7 @@ impl Kernel {
                 ArgItem::Persistent { .. } => kernel.persistent = true,
                 ArgItem::Debug { .. } => kernel.debug = true,
                 ArgItem::Sync(decl) => {
-                    let param = kernel
-                        .params
-                        .iter()
-                        .position(|p| p.name.as_ref() == Some(&decl.param));
+                    let param = kernel.params.iter().position(|p| p.name.as_ref() == Some(&decl.param));
                     let split = decl.options.iter().find_map(|o| match o {
                         SyncOption::Split { axis, .. } => Some(axis.clone()),
                         SyncOption::Unknown { .. } => None,
@@ -341,11 +325,7 @@ impl Kernel {
         self.params
             .iter()
             .filter_map(|p| p.name.as_ref())
-            .filter(|name| {
-                exprs
-                    .iter()
-                    .any(|e| first_mention(e.to_token_stream(), name).is_some())
-            })
+            .filter(|name| exprs.iter().any(|e| first_mention(e.to_token_stream(), name).is_some()))
             .collect()
     }
 
@@ -366,9 +346,7 @@ impl Param {
             },
             FnArg::Typed(pt) => {
                 let name = match &*pt.pat {
-                    Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => {
-                        Some(pi.ident.clone())
-                    }
+                    Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => Some(pi.ident.clone()),
                     _ => None,
                 };
                 Param {
@@ -442,10 +420,9 @@ pub fn expr_attrs_mut(e: &mut Expr) -> Option<&mut Vec<Attribute>> {
         };
     }
     attrs!(
-        Array, Assign, Async, Await, Binary, Block, Break, Call, Cast, Closure, Const, Continue,
-        Field, ForLoop, Group, If, Index, Infer, Let, Lit, Loop, Macro, Match, MethodCall, Paren,
-        Path, Range, RawAddr, Reference, Repeat, Return, Struct, Try, TryBlock, Tuple, Unary,
-        Unsafe, While, Yield
+        Array, Assign, Async, Await, Binary, Block, Break, Call, Cast, Closure, Const, Continue, Field, ForLoop, Group,
+        If, Index, Infer, Let, Lit, Loop, Macro, Match, MethodCall, Paren, Path, Range, RawAddr, Reference, Repeat,
+        Return, Struct, Try, TryBlock, Tuple, Unary, Unsafe, While, Yield
     )
 }
 
@@ -533,12 +510,9 @@ fn infer(e: &Expr, known: &[Const]) -> Option<(Type, bool)> {
         Expr::Group(g) => infer(&g.expr, known),
         Expr::Cast(c) => Some(((*c.ty).clone(), true)),
         Expr::Unary(u) => match (&u.op, &*u.expr) {
-            (
-                UnOp::Neg(_),
-                Expr::Lit(syn::ExprLit {
-                    lit: Lit::Int(i), ..
-                }),
-            ) if i.suffix().is_empty() => ty("i32", false),
+            (UnOp::Neg(_), Expr::Lit(syn::ExprLit { lit: Lit::Int(i), .. })) if i.suffix().is_empty() => {
+                ty("i32", false)
+            }
             (UnOp::Neg(_) | UnOp::Not(_), inner) => infer(inner, known),
             _ => None,
         },

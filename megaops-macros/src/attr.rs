@@ -35,8 +35,7 @@ use syn::punctuated::Punctuated;
 use syn::{Attribute, Expr, Ident, Token, Type, bracketed, parenthesized, token};
 
 /// The annotation keys `#[megaops::kernel(...)]` understands, for messages.
-pub const KEYS: &str =
-    "`block`, `smem`, `tiles(...)`, `input(...)`, `output(...)`, `tensor(...)`, `scratch(...)`, `check(...)`, `min_ctas`, `persistent`, `debug`";
+pub const KEYS: &str = "`block`, `smem`, `tiles(...)`, `input(...)`, `output(...)`, `tensor(...)`, `scratch(...)`, `check(...)`, `min_ctas`, `persistent`, `debug`";
 
 /// The parsed arguments of `#[megaops::kernel(...)]`, in the order written.
 #[derive(Default)]
@@ -294,19 +293,14 @@ fn parse_item(input: ParseStream) -> syn::Result<ArgItem> {
         }
         "tiles" => {
             let content = parens(input, &key, "`tiles(pid_m = m.div_ceil(BM), ...)`")?;
-            let axes =
-                Punctuated::<AxisDecl, Token![,]>::parse_terminated_with(&content, parse_axis)?;
+            let axes = Punctuated::<AxisDecl, Token![,]>::parse_terminated_with(&content, parse_axis)?;
             Ok(ArgItem::Tiles {
                 key,
                 axes: axes.into_iter().collect(),
             })
         }
         "input" | "output" => {
-            let role = if key == "input" {
-                Role::Input
-            } else {
-                Role::Output
-            };
+            let role = if key == "input" { Role::Input } else { Role::Output };
             let example = match role {
                 Role::Input => "`input(a[m, k] = [pid_m: BM, _])`",
                 Role::Output => "`output(c[m, n] = [pid_m: BM, pid_n: BN])`",
@@ -316,7 +310,15 @@ fn parse_item(input: ParseStream) -> syn::Result<ArgItem> {
         }
         "tensor" | "scratch" => {
             let scratch = key == "scratch";
-            let content = parens(input, &key, if scratch { "`scratch(ws[m * n])`" } else { "`tensor(w[n, k])`" })?;
+            let content = parens(
+                input,
+                &key,
+                if scratch {
+                    "`scratch(ws[m * n])`"
+                } else {
+                    "`tensor(w[n, k])`"
+                },
+            )?;
             let param: Ident = content.parse()?;
             if !content.peek(token::Bracket) {
                 return Err(syn::Error::new(
@@ -348,7 +350,10 @@ fn parse_item(input: ParseStream) -> syn::Result<ArgItem> {
         }
         "min_ctas" => {
             expect_eq(input, &key, "`min_ctas = CTAS_PER_SM`")?;
-            Ok(ArgItem::MinCtas { key, count: input.parse()? })
+            Ok(ArgItem::MinCtas {
+                key,
+                count: input.parse()?,
+            })
         }
         "persistent" => {
             expect_flag(input, &key)?;
@@ -363,10 +368,7 @@ fn parse_item(input: ParseStream) -> syn::Result<ArgItem> {
             if input.peek(Token![=]) {
                 input.parse::<Token![=]>()?;
                 input.parse::<Expr>()?;
-            } else if input.peek(token::Paren)
-                || input.peek(token::Bracket)
-                || input.peek(token::Brace)
-            {
+            } else if input.peek(token::Paren) || input.peek(token::Bracket) || input.peek(token::Brace) {
                 input.parse::<TokenTree>()?;
             }
             Ok(ArgItem::Unknown { key })
@@ -394,11 +396,7 @@ fn expect_flag(input: ParseStream, key: &Ident) -> syn::Result<()> {
     }
 }
 
-fn parens<'a>(
-    input: ParseStream<'a>,
-    key: &Ident,
-    example: &str,
-) -> syn::Result<syn::parse::ParseBuffer<'a>> {
+fn parens<'a>(input: ParseStream<'a>, key: &Ident, example: &str) -> syn::Result<syn::parse::ParseBuffer<'a>> {
     if !input.peek(token::Paren) {
         return Err(syn::Error::new(
             key.span(),
@@ -415,9 +413,7 @@ fn parse_axis(input: ParseStream) -> syn::Result<AxisDecl> {
     if !input.peek(Token![=]) {
         return Err(syn::Error::new(
             name.span(),
-            format!(
-                "expected `{name} = EXTENT`: each axis of `tiles(...)` needs its number of kernel tiles"
-            ),
+            format!("expected `{name} = EXTENT`: each axis of `tiles(...)` needs its number of kernel tiles"),
         ));
     }
     input.parse::<Token![=]>()?;
@@ -432,9 +428,7 @@ fn parse_sync(input: ParseStream, role: Role) -> syn::Result<SyncDecl> {
     if !input.peek(token::Bracket) {
         return Err(syn::Error::new(
             param.span(),
-            format!(
-                "expected the shape of `{param}` in brackets, e.g. `{param}[m, k] = [pid_m: BM, _]`"
-            ),
+            format!("expected the shape of `{param}` in brackets, e.g. `{param}[m, k] = [pid_m: BM, _]`"),
         ));
     }
     let shape_content;
@@ -452,8 +446,7 @@ fn parse_sync(input: ParseStream, role: Role) -> syn::Result<SyncDecl> {
     input.parse::<Token![=]>()?;
     let tile_content;
     let tile_bracket = bracketed!(tile_content in input);
-    let tile =
-        Punctuated::<TileCoord, Token![,]>::parse_terminated_with(&tile_content, parse_coord)?;
+    let tile = Punctuated::<TileCoord, Token![,]>::parse_terminated_with(&tile_content, parse_coord)?;
     let mut options = Vec::new();
     while !input.is_empty() {
         input.parse::<Token![,]>()?;
@@ -504,12 +497,9 @@ fn parse_option(input: ParseStream) -> syn::Result<SyncOption> {
         return Ok(SyncOption::Unknown { key });
     }
     expect_eq(input, &key, "`split = AXIS` (the split-K axis)")?;
-    let axis: Ident = input.parse().map_err(|e| {
-        syn::Error::new(
-            e.span(),
-            "expected the name of the split-K axis, e.g. `split = pid_k`",
-        )
-    })?;
+    let axis: Ident = input
+        .parse()
+        .map_err(|e| syn::Error::new(e.span(), "expected the name of the split-K axis, e.g. `split = pid_k`"))?;
     Ok(SyncOption::Split { key, axis })
 }
 
@@ -529,8 +519,7 @@ pub fn parse_config(attr: &Attribute, cx: &mut Ctxt) -> Option<ConfigAttr> {
         syn::Meta::Path(_) => Vec::new(),
         syn::Meta::List(list) => {
             let parser = Punctuated::<ConfigConst, Token![,]>::parse_terminated_with;
-            let parsed =
-                list.parse_args_with(|input: ParseStream| parser(input, parse_config_const));
+            let parsed = list.parse_args_with(|input: ParseStream| parser(input, parse_config_const));
             match parsed {
                 Ok(p) => p.into_iter().collect(),
                 Err(e) => {

@@ -19,8 +19,7 @@ impl Ctxt {
 
     /// Records an error spanning the tokens of `node`.
     pub fn error_spanned_by<T: ToTokens, M: Display>(&mut self, node: T, msg: M) {
-        self.errors
-            .push(syn::Error::new_spanned(node.into_token_stream(), msg));
+        self.errors.push(syn::Error::new_spanned(node.into_token_stream(), msg));
     }
 
     /// Records an error at `span`.

@@ -32,10 +32,7 @@ pub fn emit(errors: Vec<syn::Error>, kernel: Option<&Kernel>, item: Option<ItemF
                     Some(quote!(const #name: #ty = #value;))
                 })
                 .collect::<Vec<_>>();
-            let axes: Vec<Ident> = axis_names(k)
-                .into_iter()
-                .filter(|a| !params.contains(&a))
-                .collect();
+            let axes: Vec<Ident> = axis_names(k).into_iter().filter(|a| !params.contains(&a)).collect();
             let stmts = &f.block.stmts;
             let body = quote! {{
                 #(#consts)*

@@ -161,10 +161,7 @@ use proc_macro2::TokenStream;
 /// so that follow-up errors stay out of the way. `tests/ui` in the `megaops` package has
 /// one case per message.
 #[proc_macro_attribute]
-pub fn kernel(
-    attr: proc_macro::TokenStream,
-    item: proc_macro::TokenStream,
-) -> proc_macro::TokenStream {
+pub fn kernel(attr: proc_macro::TokenStream, item: proc_macro::TokenStream) -> proc_macro::TokenStream {
     expand_kernel(attr.into(), item.into()).into()
 }
 
@@ -178,10 +175,7 @@ fn expand_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
                 &item,
                 "`#[megaops::kernel]` applies to functions: `unsafe fn name(...) { ... }`",
             );
-            return fallback::emit(vec![err], None, None)
-                .into_iter()
-                .chain(item)
-                .collect();
+            return fallback::emit(vec![err], None, None).into_iter().chain(item).collect();
         }
     };
     let kernel = ast::Kernel::from_syn(attr, func.clone(), &mut cx);

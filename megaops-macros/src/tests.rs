@@ -132,9 +132,7 @@ fn config_types_follow_the_values() {
         .collect();
     assert_eq!(
         types,
-        [
-            "u32", "usize", "f32", "usize", "bool", "u64", "i64", "usize", "i32"
-        ]
+        ["u32", "usize", "f32", "usize", "bool", "u64", "i64", "usize", "i32"]
     );
     assert!(infer_type(&syn::parse_quote!(2.0), &[]).is_none());
     assert!(infer_type(&syn::parse_quote!(f(3)), &[]).is_none());
@@ -150,26 +148,11 @@ fn syntax_errors_do_not_stop_the_other_items() {
             }
         ),
     );
-    assert!(
-        errs.iter().any(|e| e.contains("expected an expression")),
-        "{errs:#?}"
-    );
-    assert!(
-        errs.iter().any(|e| e.contains("expected `pid: SIZE`")),
-        "{errs:#?}"
-    );
-    assert!(
-        errs.iter().any(|e| e.contains("expected `= [...]`")),
-        "{errs:#?}"
-    );
-    assert!(
-        errs.iter().any(|e| e.contains("`persistent` is a flag")),
-        "{errs:#?}"
-    );
-    assert!(
-        errs.iter().any(|e| e.contains("expected `i = EXTENT`")),
-        "{errs:#?}"
-    );
+    assert!(errs.iter().any(|e| e.contains("expected an expression")), "{errs:#?}");
+    assert!(errs.iter().any(|e| e.contains("expected `pid: SIZE`")), "{errs:#?}");
+    assert!(errs.iter().any(|e| e.contains("expected `= [...]`")), "{errs:#?}");
+    assert!(errs.iter().any(|e| e.contains("`persistent` is a flag")), "{errs:#?}");
+    assert!(errs.iter().any(|e| e.contains("expected `i = EXTENT`")), "{errs:#?}");
 }
 
 #[test]
@@ -495,10 +478,7 @@ fn wait_goes_before_the_first_reader_and_after_prefetch() {
     );
     let read = pos(cpu, "let x = *a.add(row as usize);");
     assert!(prefetch < row && row < wait && wait < read, "{cpu}");
-    assert!(
-        !out.contains("prefetch"),
-        "#[prefetch] must be stripped: {out}"
-    );
+    assert!(!out.contains("prefetch"), "#[prefetch] must be stripped: {out}");
     // The signal comes after the body closure is called.
     let call = pos(cpu, "__megaops_body();");
     let signal = pos(cpu, "signal_output(&__megaops_sync_c, &__megaops_region_c");
@@ -551,14 +531,7 @@ fn sync_parameters_follow_the_signature() {
         .collect();
     assert_eq!(
         params,
-        [
-            "a",
-            "c",
-            "n",
-            "__megaops_ctx",
-            "__megaops_sync_a",
-            "__megaops_sync_c"
-        ]
+        ["a", "c", "n", "__megaops_ctx", "__megaops_sync_a", "__megaops_sync_c"]
     );
     assert!(tokens_text(entry.sig.abi.to_token_stream()).contains("ptx-kernel"));
     assert!(
@@ -577,52 +550,40 @@ fn launcher_binds_in_signature_order() {
         arm,
         ".input::<bf16, ::megaops::__private::R2, _>(\"a\", a, &[(m) as u64, (k) as u64], &[::megaops::__private::TileDim::axis(0usize, (BM) as u64), ::megaops::__private::TileDim::WHOLE])?",
     );
-    let b = pos(arm, ".ptr(\"b\", b, ::core::option::Option::Some(::megaops::__private::Declared::Shape(&[(n) as u64, (k) as u64])))?");
-    let c = pos(
+    let b = pos(
         arm,
-        ".output::<bf16, ::megaops::__private::R2, _>(\"c\", c,",
+        ".ptr(\"b\", b, ::core::option::Option::Some(::megaops::__private::Declared::Shape(&[(n) as u64, (k) as u64])))?",
     );
+    let c = pos(arm, ".output::<bf16, ::megaops::__private::R2, _>(\"c\", c,");
     let m = pos(arm, ".arg(m);");
     assert!(a < b && b < c && c < m, "{arm}");
     assert!(
+        arm.contains(".tiles(&[((m) as u64).div_ceil((BM) as u64), ((n) as u64).div_ceil((BN) as u64)])?"),
+        "{arm}"
+    );
+    assert!(arm.contains(".block([(THREADS) as u64, 1u64, 1u64])?"), "{arm}");
+    assert!(arm.contains(".dynamic_smem(((BM + BN) * BK * 2) as u64)?"), "{arm}");
+    assert!(arm.contains("const BM: u32 = 64;"), "{arm}");
+    assert!(
         arm.contains(
-            ".tiles(&[((m) as u64).div_ceil((BM) as u64), ((n) as u64).div_ceil((BN) as u64)])?"
+            "super::__megaops_cpu_matmul__cfg0(__megaops_addr_a as *const bf16, __megaops_addr_b as *const bf16, \
+         __megaops_addr_c as *mut bf16, m, n, k, *__megaops_ctx, __megaops_sync_a, __megaops_sync_c)"
         ),
         "{arm}"
     );
-    assert!(
-        arm.contains(".block([(THREADS) as u64, 1u64, 1u64])?"),
-        "{arm}"
-    );
-    assert!(
-        arm.contains(".dynamic_smem(((BM + BN) * BK * 2) as u64)?"),
-        "{arm}"
-    );
-    assert!(arm.contains("const BM: u32 = 64;"), "{arm}");
-    assert!(arm.contains(
-        "super::__megaops_cpu_matmul__cfg0(__megaops_addr_a as *const bf16, __megaops_addr_b as *const bf16, \
-         __megaops_addr_c as *mut bf16, m, n, k, *__megaops_ctx, __megaops_sync_a, __megaops_sync_c)"
-    ), "{arm}");
     assert!(
         out.contains("name: \"BM=128, BN=128, BK=32, THREADS=256\", entry: \"matmul__cfg1\""),
         "{out}"
     );
     assert!(
-        out.contains(
-            "a: &(impl ::megaops::__private::AsInput<bf16, ::megaops::__private::R2> + ?Sized)"
-        ),
+        out.contains("a: &(impl ::megaops::__private::AsInput<bf16, ::megaops::__private::R2> + ?Sized)"),
         "{out}"
     );
     assert!(
-        out.contains(
-            "c: &mut (impl ::megaops::__private::AsOutput<bf16, ::megaops::__private::R2> + ?Sized)"
-        ),
+        out.contains("c: &mut (impl ::megaops::__private::AsOutput<bf16, ::megaops::__private::R2> + ?Sized)"),
         "{out}"
     );
-    assert!(
-        out.contains("b: &::megaops::__private::Tensor<bf16>"),
-        "{out}"
-    );
+    assert!(out.contains("b: &::megaops::__private::Tensor<bf16>"), "{out}");
 }
 
 #[test]
@@ -639,24 +600,18 @@ fn split_and_persistent() {
         out.contains("split: __megaops_ctx.tile_grid[1usize], split_index: pid_k"),
         "{out}"
     );
-    assert!(
-        out.contains("ktile: [(64) as u32, 0u32, 0u32, 0u32]"),
-        "{out}"
-    );
-    assert!(
-        out.contains("while __megaops_t < __megaops_ctx.num_tiles"),
-        "{out}"
-    );
+    assert!(out.contains("ktile: [(64) as u32, 0u32, 0u32, 0u32]"), "{out}");
+    assert!(out.contains("while __megaops_t < __megaops_ctx.num_tiles"), "{out}");
     assert!(
         out.contains("__megaops_t += ::megaops::__private::grid_dim_x();"),
         "{out}"
     );
     assert!(out.contains(".persistent();"), "{out}");
+    assert!(out.contains("::core::option::Option::Some(1usize)"), "{out}");
     assert!(
-        out.contains("::core::option::Option::Some(1usize)"),
+        out.contains("let [pid_m, pid_k, ..] = ::megaops::__private::tile_coords(&__megaops_ctx, __megaops_tile);"),
         "{out}"
     );
-    assert!(out.contains("let [pid_m, pid_k, ..] = ::megaops::__private::tile_coords(&__megaops_ctx, __megaops_tile);"), "{out}");
 }
 
 #[test]
@@ -684,12 +639,14 @@ fn without_configs_there_is_one_entry() {
     assert!(out.contains("fn fill__cfg0("), "{out}");
     assert!(!out.contains("fill__cfg1"), "{out}");
     assert!(out.contains("name: \"default\""), "{out}");
+    assert!(out.contains(".block([(32) as u64, (4) as u64, 1u64])?"), "{out}");
+    assert!(out.contains("pub mod fill"), "{out}");
     assert!(
-        out.contains(".block([(32) as u64, (4) as u64, 1u64])?"),
+        out.contains(
+            ".ptr_mut(\"p\", p, ::core::option::Option::Some(::megaops::__private::Declared::AtLeast((n) as u64)))?"
+        ),
         "{out}"
     );
-    assert!(out.contains("pub mod fill"), "{out}");
-    assert!(out.contains(".ptr_mut(\"p\", p, ::core::option::Option::Some(::megaops::__private::Declared::AtLeast((n) as u64)))?"), "{out}");
 }
 
 #[test]
@@ -735,15 +692,9 @@ fn parameters_only_the_annotation_uses_are_marked_used() {
         ),
     );
     let body = &out[pos(&out, "fn k__cfg0")..];
-    assert!(
-        body.contains("let _ = &n; let _ = &threads; let _ = &bytes;"),
-        "{body}"
-    );
+    assert!(body.contains("let _ = &n; let _ = &threads; let _ = &bytes;"), "{body}");
     assert!(!body.contains("let _ = &v;"), "{body}");
-    assert!(
-        body.contains("#[allow(unused_variables)] let [i, ..] ="),
-        "{body}"
-    );
+    assert!(body.contains("#[allow(unused_variables)] let [i, ..] ="), "{body}");
 }
 
 #[test]

@@ -17,10 +17,7 @@ pub fn tokens_text(tokens: TokenStream) -> String {
 
 /// `[a, b, c]` for a list of nodes.
 pub fn list_text<T: ToTokens>(items: &[T]) -> String {
-    let parts: Vec<String> = items
-        .iter()
-        .map(|i| tokens_text(i.to_token_stream()))
-        .collect();
+    let parts: Vec<String> = items.iter().map(|i| tokens_text(i.to_token_stream())).collect();
     format!("[{}]", parts.join(", "))
 }
 
@@ -46,8 +43,8 @@ enum Kind {
 
 /// Keywords after which `*`, `&`, `-`, `!`, `[` or `(` start an operand or a type.
 const KEYWORDS: &[&str] = &[
-    "as", "break", "const", "dyn", "else", "for", "if", "impl", "in", "let", "match", "move",
-    "mut", "return", "where", "while",
+    "as", "break", "const", "dyn", "else", "for", "if", "impl", "in", "let", "match", "move", "mut", "return", "where",
+    "while",
 ];
 
 #[derive(Default)]
@@ -151,9 +148,7 @@ impl Printer {
     /// Whether a `<` here opens generic arguments: after `::` or a capitalised name.
     fn opens_generics(&self) -> bool {
         match self.prev {
-            Some(Kind::Punct(':', Spacing::Alone)) => {
-                self.prev2 == Some(Kind::Punct(':', Spacing::Joint))
-            }
+            Some(Kind::Punct(':', Spacing::Alone)) => self.prev2 == Some(Kind::Punct(':', Spacing::Joint)),
             Some(Kind::Ident(false)) => self
                 .out
                 .rsplit(|c: char| !c.is_alphanumeric() && c != '_')
@@ -211,9 +206,7 @@ impl Printer {
             (Kind::Punct('?', _), _) => !Self::operand_expected(self.prev2),
             (Kind::Punct('.', _), _) => false,
             (Kind::Punct(':', Spacing::Joint), _) => false,
-            (Kind::Punct(':', Spacing::Alone), _) => {
-                self.prev2 != Some(Kind::Punct(':', Spacing::Joint))
-            }
+            (Kind::Punct(':', Spacing::Alone), _) => self.prev2 != Some(Kind::Punct(':', Spacing::Joint)),
             (Kind::Punct(_, Spacing::Joint), _) => false,
             (Kind::Punct('#', _), Kind::Open('[')) => false,
             (Kind::Ident(false), Kind::Punct('!', _)) => false,
@@ -233,16 +226,10 @@ mod tests {
     #[test]
     fn reads_like_rust() {
         assert_eq!(tokens_text(quote!(m.div_ceil(BM))), "m.div_ceil(BM)");
-        assert_eq!(
-            tokens_text(quote!((BM + BN) * BK * 2)),
-            "(BM + BN) * BK * 2"
-        );
+        assert_eq!(tokens_text(quote!((BM + BN) * BK * 2)), "(BM + BN) * BK * 2");
         assert_eq!(tokens_text(quote!(*const bf16)), "*const bf16");
         assert_eq!(tokens_text(quote!(&mut [f32])), "&mut [f32]");
-        assert_eq!(
-            tokens_text(quote!(Tiled<bf16, Rows<64>>)),
-            "Tiled<bf16, Rows<64>>"
-        );
+        assert_eq!(tokens_text(quote!(Tiled<bf16, Rows<64>>)), "Tiled<bf16, Rows<64>>");
         assert_eq!(
             tokens_text(quote!(::megaops::__private::R2)),
             "::megaops::__private::R2"

@@ -44,11 +44,20 @@ fn check_tensors(k: &Kernel, cx: &mut Ctxt) {
         let (param, shape) = (&t.param, &t.shape);
         let Some(p) = k.params.iter().find(|p| p.name.as_ref() == Some(param)) else {
             let params = names(k.params.iter().filter_map(|p| p.name.as_ref().map(Ident::to_string)));
-            cx.error_spanned_by(param, format!("`{param}` is not a parameter of `{}`; its parameters are {params}", k.name()));
+            cx.error_spanned_by(
+                param,
+                format!(
+                    "`{param}` is not a parameter of `{}`; its parameters are {params}",
+                    k.name()
+                ),
+            );
             continue;
         };
         if k.tensors[..i].iter().any(|q| q.param == *param) {
-            cx.error_spanned_by(param, format!("the shape of `{param}` is declared twice; keep one `tensor(...)`"));
+            cx.error_spanned_by(
+                param,
+                format!("the shape of `{param}` is declared twice; keep one `tensor(...)`"),
+            );
         }
         if k.syncs.iter().any(|s| s.name() == param) {
             cx.error_spanned_by(
@@ -57,7 +66,10 @@ fn check_tensors(k: &Kernel, cx: &mut Ctxt) {
             );
         }
         if !matches!(p.kind, ParamKind::ConstPtr(_) | ParamKind::MutPtr(_)) {
-            cx.error_spanned_by(param, format!("`tensor(...)` declares the shape of a pointer parameter; `{param}` is not one"));
+            cx.error_spanned_by(
+                param,
+                format!("`tensor(...)` declares the shape of a pointer parameter; `{param}` is not one"),
+            );
         }
         if shape.is_empty() || shape.len() > 4 {
             cx.error_spanned_by(param, format!("`{param}` needs 1 to 4 dimensions, not {}", shape.len()));
@@ -82,11 +94,7 @@ fn check_tensors(k: &Kernel, cx: &mut Ctxt) {
 
 fn names(list: impl IntoIterator<Item = String>) -> String {
     let v: Vec<String> = list.into_iter().map(|n| format!("`{n}`")).collect();
-    if v.is_empty() {
-        "none".to_string()
-    } else {
-        v.join(", ")
-    }
+    if v.is_empty() { "none".to_string() } else { v.join(", ") }
 }
 
 fn ty_text(t: &Type) -> String {
@@ -143,7 +151,10 @@ fn check_return_type(k: &Kernel, cx: &mut Ctxt) {
     if let syn::ReturnType::Type(_, ty) = &k.item.sig.output {
         cx.error_spanned_by(
             &k.item.sig.output,
-            format!("a kernel returns nothing: remove `-> {}` and write results through a `*mut` parameter", ty_text(ty)),
+            format!(
+                "a kernel returns nothing: remove `-> {}` and write results through a `*mut` parameter",
+                ty_text(ty)
+            ),
         );
     }
 }
@@ -153,9 +164,7 @@ fn check_params(k: &Kernel, cx: &mut Ctxt) {
     for p in &k.params {
         if let ParamKind::Unsupported(what) = &p.kind {
             match &p.arg {
-                syn::FnArg::Receiver(r) => {
-                    cx.error_spanned_by(r, "a kernel is a free function: remove `self`")
-                }
+                syn::FnArg::Receiver(r) => cx.error_spanned_by(r, "a kernel is a free function: remove `self`"),
                 syn::FnArg::Typed(pt) => {
                     let instead = match pointer_instead(&pt.ty) {
                         Some(ptr) => format!("write `{ptr}`"),
@@ -173,10 +182,10 @@ fn check_params(k: &Kernel, cx: &mut Ctxt) {
             && let syn::FnArg::Typed(pt) = &p.arg
         {
             cx.error_spanned_by(
-                    &pt.pat,
-                    "a kernel parameter must be a plain identifier (the PTX ABI needs raw pointers or plain values): \
+                &pt.pat,
+                "a kernel parameter must be a plain identifier (the PTX ABI needs raw pointers or plain values): \
                      name it and destructure inside the body",
-                );
+            );
         }
     }
 }
@@ -191,11 +200,7 @@ fn pointer_instead(ty: &Type) -> Option<String> {
         Type::Slice(s) => &*s.elem,
         other => other,
     };
-    Some(format!(
-        "*{} {}",
-        if mutable { "mut" } else { "const" },
-        ty_text(elem)
-    ))
+    Some(format!("*{} {}", if mutable { "mut" } else { "const" }, ty_text(elem)))
 }
 
 /// Every annotation key is known.
@@ -204,10 +209,7 @@ fn check_unknown_keys(k: &Kernel, cx: &mut Ctxt) {
         if let ArgItem::Unknown { key } = item {
             cx.error_spanned_by(
                 key,
-                format!(
-                    "unknown kernel annotation `{key}`; expected one of {}",
-                    attr::KEYS
-                ),
+                format!("unknown kernel annotation `{key}`; expected one of {}", attr::KEYS),
             );
         }
     }
@@ -242,7 +244,10 @@ fn check_block(k: &Kernel, cx: &mut Ctxt) {
             "missing `block = THREADS`: say how many threads each CTA runs, e.g. `block = 128` or `block = (32, 4, 1)`",
         ),
         Some(syn::Expr::Tuple(t)) if t.elems.is_empty() || t.elems.len() > 3 => {
-            cx.error_spanned_by(t, format!("`block` has 1 to 3 dimensions (x, y, z), not {}", t.elems.len()));
+            cx.error_spanned_by(
+                t,
+                format!("`block` has 1 to 3 dimensions (x, y, z), not {}", t.elems.len()),
+            );
         }
         Some(_) => {}
     }
@@ -252,11 +257,7 @@ fn check_block(k: &Kernel, cx: &mut Ctxt) {
 fn check_sync_params(k: &Kernel, cx: &mut Ctxt) {
     for s in &k.syncs {
         if s.param.is_none() {
-            let params = names(
-                k.params
-                    .iter()
-                    .filter_map(|p| p.name.as_ref().map(Ident::to_string)),
-            );
+            let params = names(k.params.iter().filter_map(|p| p.name.as_ref().map(Ident::to_string)));
             cx.error_spanned_by(
                 s.name(),
                 format!(
@@ -275,7 +276,10 @@ fn check_duplicate_syncs(k: &Kernel, cx: &mut Ctxt) {
         if s.param.is_some() && k.syncs[..i].iter().any(|t| t.param == s.param) {
             cx.error_spanned_by(
                 s.name(),
-                format!("`{}` is annotated twice; a parameter is either one `input(...)` or one `output(...)`", s.name()),
+                format!(
+                    "`{}` is annotated twice; a parameter is either one `input(...)` or one `output(...)`",
+                    s.name()
+                ),
             );
         }
     }
@@ -362,10 +366,7 @@ fn check_sync_options(k: &Kernel, cx: &mut Ctxt) {
                     };
                     cx.error_spanned_by(
                         key,
-                        format!(
-                            "unknown option `{key}` of `{}(...)`; {valid}",
-                            s.role().keyword()
-                        ),
+                        format!("unknown option `{key}` of `{}(...)`; {valid}", s.role().keyword()),
                     );
                 }
                 SyncOption::Split { key, .. } if s.role() == Role::Input => {
@@ -377,10 +378,7 @@ fn check_sync_options(k: &Kernel, cx: &mut Ctxt) {
                 SyncOption::Split { key, .. } => {
                     splits += 1;
                     if splits > 1 {
-                        cx.error_spanned_by(
-                            key,
-                            "`split` is given twice; an output has one split-K axis",
-                        );
+                        cx.error_spanned_by(key, "`split` is given twice; an output has one split-K axis");
                     }
                 }
             }
@@ -410,10 +408,7 @@ fn check_grid(k: &Kernel, axes: &[Axis], cx: &mut Ctxt) {
     if let Some(tiles) = &k.tiles {
         for (i, a) in tiles.iter().enumerate() {
             if tiles[..i].iter().any(|b| b.name == a.name) {
-                cx.error_spanned_by(
-                    &a.name,
-                    format!("axis `{}` is declared twice in `tiles(...)`", a.name),
-                );
+                cx.error_spanned_by(&a.name, format!("axis `{}` is declared twice in `tiles(...)`", a.name));
             }
         }
         for s in &k.syncs {
@@ -423,9 +418,11 @@ fn check_grid(k: &Kernel, axes: &[Axis], cx: &mut Ctxt) {
                 {
                     let declared = names(tiles.iter().map(|a| a.name.to_string()));
                     cx.error_spanned_by(
-                            axis,
-                            format!("axis `{axis}` is not in `tiles(...)` ({declared}); add it there or use a declared axis"),
-                        );
+                        axis,
+                        format!(
+                            "axis `{axis}` is not in `tiles(...)` ({declared}); add it there or use a declared axis"
+                        ),
+                    );
                 }
             }
         }
@@ -495,10 +492,7 @@ fn check_config_sets(k: &Kernel, cx: &mut Ctxt) {
     for c in &k.configs {
         for (i, x) in c.consts.iter().enumerate() {
             if c.consts[..i].iter().any(|y| y.name == x.name) {
-                cx.error_spanned_by(
-                    &x.name,
-                    format!("`{}` is defined twice in this #[config]", x.name),
-                );
+                cx.error_spanned_by(&x.name, format!("`{}` is defined twice in this #[config]", x.name));
             }
         }
     }
@@ -589,15 +583,15 @@ fn check_name_clashes(k: &Kernel, axes: &[Axis], cx: &mut Ctxt) {
         if params.contains(&&a.name) {
             cx.error_spanned_by(
                 &a.name,
-                format!("axis `{}` has the name of a parameter; the axis would hide it in the body: rename the axis", a.name),
+                format!(
+                    "axis `{}` has the name of a parameter; the axis would hide it in the body: rename the axis",
+                    a.name
+                ),
             );
         } else if consts.contains(&&a.name) {
             cx.error_spanned_by(
                 &a.name,
-                format!(
-                    "axis `{}` has the name of a #[config] constant: rename one",
-                    a.name
-                ),
+                format!("axis `{}` has the name of a #[config] constant: rename one", a.name),
             );
         }
     }
@@ -683,7 +677,10 @@ fn check_prefetch(k: &Kernel, cx: &mut Ctxt) {
         let mut nested = NestedPrefetch::default();
         nested.visit_stmt(&st.stmt);
         for span in nested.0 {
-            cx.error_at(span, "`#[prefetch]` marks top-level statements of the kernel body only: move this statement out");
+            cx.error_at(
+                span,
+                "`#[prefetch]` marks top-level statements of the kernel body only: move this statement out",
+            );
         }
     }
 }

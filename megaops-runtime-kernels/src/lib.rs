@@ -3,7 +3,7 @@
 //! CPU backend.
 #![cfg_attr(target_arch = "nvptx64", no_std, feature(abi_ptx))]
 
-use megaops_device::sync::{wait_one, KernelCtx, WaitSite};
+use megaops_device::sync::{KernelCtx, WaitSite, wait_one};
 use megaops_device::thread::{block_dim_x, block_idx_x, grid_dim_x, thread_idx_x};
 
 /// AsyncStream's wait kernel (paper §2.3): one thread holds the next launch on its stream
@@ -17,7 +17,14 @@ pub unsafe fn wait_begin(flag: *const i32, token: i32, ctx: KernelCtx) {
     if thread_idx_x() != 0 {
         return;
     }
-    let site = WaitSite { sem: flag, target: token, launch_id: ctx.launch_id, tile: 0, tensor_id: 0, sem_index: 0 };
+    let site = WaitSite {
+        sem: flag,
+        target: token,
+        launch_id: ctx.launch_id,
+        tile: 0,
+        tensor_id: 0,
+        sem_index: 0,
+    };
     // SAFETY: caller's contract. A failed wait is recorded in the error log; the kernel
     // then simply ends.
     let _ = unsafe { wait_one(&ctx, &site) };

@@ -42,9 +42,8 @@ mod ptx;
 
 pub use ordering::op;
 pub use ordering::{
-    AcqRel, Acquire, AtomicCas, AtomicLoad, AtomicRed, AtomicRmw, AtomicStore, AtomicValue, Cta,
-    Generic, Global, Gpu, LoadOrdering, Ordering, RedOrdering, Relaxed, Release, RmwOrdering,
-    Scope, Space, StoreOrdering, Sys,
+    AcqRel, Acquire, AtomicCas, AtomicLoad, AtomicRed, AtomicRmw, AtomicStore, AtomicValue, Cta, Generic, Global, Gpu,
+    LoadOrdering, Ordering, RedOrdering, Relaxed, Release, RmwOrdering, Scope, Space, StoreOrdering, Sys,
 };
 
 /// Defines the typed API for one state space (`$Sp`).

@@ -257,9 +257,7 @@ macro_rules! values {
 values!(i32, u32, i64, u64, f32, f64);
 
 /// `T` can be loaded atomically with ordering `O` at scope `S` in space `Sp`.
-#[diagnostic::on_unimplemented(
-    message = "no atomic load of `{Self}` with these ordering/scope/space"
-)]
+#[diagnostic::on_unimplemented(message = "no atomic load of `{Self}` with these ordering/scope/space")]
 pub trait AtomicLoad<O, S, Sp = Generic>: AtomicValue {
     /// Loads `*p`.
     ///
@@ -269,9 +267,7 @@ pub trait AtomicLoad<O, S, Sp = Generic>: AtomicValue {
 }
 
 /// `T` can be stored atomically with ordering `O` at scope `S` in space `Sp`.
-#[diagnostic::on_unimplemented(
-    message = "no atomic store of `{Self}` with these ordering/scope/space"
-)]
+#[diagnostic::on_unimplemented(message = "no atomic store of `{Self}` with these ordering/scope/space")]
 pub trait AtomicStore<O, S, Sp = Generic>: AtomicValue {
     /// Stores `v` to `*p`.
     ///
@@ -282,9 +278,7 @@ pub trait AtomicStore<O, S, Sp = Generic>: AtomicValue {
 
 /// `T` supports the read-modify-write `Op` (an [`op`] marker) with ordering `O` at scope
 /// `S` in space `Sp`.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` has no atomic `{Op}` with these ordering/scope/space"
-)]
+#[diagnostic::on_unimplemented(message = "`{Self}` has no atomic `{Op}` with these ordering/scope/space")]
 pub trait AtomicRmw<Op, O, S, Sp = Generic>: AtomicValue {
     /// Applies `Op` with operand `v` to `*p`; returns the old value.
     ///
@@ -294,9 +288,7 @@ pub trait AtomicRmw<Op, O, S, Sp = Generic>: AtomicValue {
 }
 
 /// `T` supports compare-and-swap with ordering `O` at scope `S` in space `Sp`.
-#[diagnostic::on_unimplemented(
-    message = "no atomic compare-and-swap of `{Self}` with these ordering/scope/space"
-)]
+#[diagnostic::on_unimplemented(message = "no atomic compare-and-swap of `{Self}` with these ordering/scope/space")]
 pub trait AtomicCas<O, S, Sp = Generic>: AtomicValue {
     /// Stores `new` if `*p == cmp` (bitwise); returns the old value.
     ///
@@ -307,9 +299,7 @@ pub trait AtomicCas<O, S, Sp = Generic>: AtomicValue {
 
 /// `T` supports the reduction `Op` (no result) with ordering `O` at scope `S` in space
 /// `Sp`.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` has no reduction `{Op}` with these ordering/scope/space"
-)]
+#[diagnostic::on_unimplemented(message = "`{Self}` has no reduction `{Op}` with these ordering/scope/space")]
 pub trait AtomicRed<Op, O, S, Sp = Generic>: AtomicValue {
     /// Applies `Op` with operand `v` to `*p`.
     ///

@@ -234,11 +234,7 @@ rmw_orders!(bitwise_types, impl_rmw, (Xor, "xor"));
 
 macro_rules! red_orders {
     ($types:ident, $extra:tt) => {
-        $types!(
-            impl_red,
-            $extra,
-            [(Relaxed, "relaxed"), (Release, "release")]
-        );
+        $types!(impl_red, $extra, [(Relaxed, "relaxed"), (Release, "release")]);
     };
 }
 red_orders!(add_types, (Add, "add"));

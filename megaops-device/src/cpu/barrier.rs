@@ -118,9 +118,7 @@ impl Barriers {
     pub(crate) fn thread_exited(&mut self, live: u32) -> Vec<Release> {
         self.bars
             .iter_mut()
-            .filter(|b| {
-                !b.waiting.is_empty() && b.count.is_none() && b.waiting.len() as u32 >= live
-            })
+            .filter(|b| !b.waiting.is_empty() && b.count.is_none() && b.waiting.len() as u32 >= live)
             .map(Barrier::release)
             .collect()
     }
@@ -170,10 +168,7 @@ mod tests {
     fn explicit_counts_and_reductions() {
         let mut b = Barriers::new();
         assert_eq!(b.arrive(1, 0, Some(2), Some(true), 64), Ok(Arrival::Wait));
-        assert!(
-            b.thread_exited(10).is_empty(),
-            "an explicit count ignores exits"
-        );
+        assert!(b.thread_exited(10).is_empty(), "an explicit count ignores exits");
         match b.arrive(1, 5, Some(2), Some(false), 64) {
             Ok(Arrival::Release(r)) => {
                 assert_eq!(

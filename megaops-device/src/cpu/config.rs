@@ -100,9 +100,7 @@ impl VgpuConfig {
             return bad("max_threads_per_cta and max_threads_per_sm must be at least 1");
         }
         if self.max_threads_per_cta > self.max_threads_per_sm {
-            return bad(
-                "max_threads_per_cta exceeds max_threads_per_sm: no CTA of that size fits an SM",
-            );
+            return bad("max_threads_per_cta exceeds max_threads_per_sm: no CTA of that size fits an SM");
         }
         if self.max_smem_per_cta > self.smem_per_sm {
             return bad("max_smem_per_cta exceeds smem_per_sm: no CTA of that size fits an SM");

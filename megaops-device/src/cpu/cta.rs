@@ -81,9 +81,7 @@ impl Cta {
         clock: Rc<Cell<u64>>,
     ) -> Option<Self> {
         let n = block.volume() as u32;
-        let threads: Box<[ThreadCtx]> = (0..n as u64)
-            .map(|t| ThreadCtx::new(unlinear(t, block)))
-            .collect();
+        let threads: Box<[ThreadCtx]> = (0..n as u64).map(|t| ThreadCtx::new(unlinear(t, block))).collect();
         let info = CtaInfo {
             block_idx: unlinear(linear, grid),
             block_dim: block,

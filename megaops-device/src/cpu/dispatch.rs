@@ -92,12 +92,7 @@ impl Dispatcher {
             return None;
         }
         let pick = rng.below(candidates);
-        let (sm, usage) = self
-            .sms
-            .iter_mut()
-            .enumerate()
-            .filter(|(_, u)| fits(u))
-            .nth(pick)?;
+        let (sm, usage) = self.sms.iter_mut().enumerate().filter(|(_, u)| fits(u)).nth(pick)?;
         usage.ctas += 1;
         usage.threads += k.threads_per_cta;
         usage.smem += k.smem;

@@ -86,13 +86,23 @@ impl fmt::Display for CpuError {
         match self {
             CpuError::InvalidConfig(m) => write!(f, "invalid virtual GPU configuration: {m}"),
             CpuError::InvalidLaunch { kernel, message } => write!(f, "invalid launch of kernel `{kernel}`: {message}"),
-            CpuError::KernelPanic { kernel, block, thread, message } => write!(
+            CpuError::KernelPanic {
+                kernel,
+                block,
+                thread,
+                message,
+            } => write!(
                 f,
                 "kernel `{kernel}` panicked in block {}, thread {}: {message}",
                 Xyz(*block),
                 Xyz(*thread)
             ),
-            CpuError::StackOverflow { kernel, block, thread, stack_size } => write!(
+            CpuError::StackOverflow {
+                kernel,
+                block,
+                thread,
+                stack_size,
+            } => write!(
                 f,
                 "kernel `{kernel}`, block {}, thread {}: stack overflow in a kernel thread: raise \
                  VgpuConfig::stack_size (now {} KiB)",
@@ -100,7 +110,12 @@ impl fmt::Display for CpuError {
                 Xyz(*thread),
                 stack_size / 1024
             ),
-            CpuError::IllegalSync { kernel, block, thread, message } => write!(
+            CpuError::IllegalSync {
+                kernel,
+                block,
+                thread,
+                message,
+            } => write!(
                 f,
                 "kernel `{kernel}`, block {}, thread {}: {message}",
                 Xyz(*block),
@@ -111,9 +126,9 @@ impl fmt::Display for CpuError {
             CpuError::Hang(r) => r.fmt(f),
             CpuError::Resource(m) => write!(f, "virtual GPU out of resources: {m}"),
             CpuError::UnknownId(m) => write!(f, "{m}"),
-            CpuError::Reentrant => f.write_str(
-                "synchronize called from inside a kernel or host operation running on the virtual GPU",
-            ),
+            CpuError::Reentrant => {
+                f.write_str("synchronize called from inside a kernel or host operation running on the virtual GPU")
+            }
         }
     }
 }

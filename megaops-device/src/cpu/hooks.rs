@@ -53,10 +53,7 @@ pub fn grid_dim() -> Dim3 {
 /// # Panics
 /// If `id >= 16` or `threads == Some(0)`.
 pub fn barrier(id: u32, threads: Option<u32>) {
-    assert!(
-        id < NUM_BARRIERS,
-        "bar.sync {id}: barrier ids are 0..{NUM_BARRIERS}"
-    );
+    assert!(id < NUM_BARRIERS, "bar.sync {id}: barrier ids are 0..{NUM_BARRIERS}");
     assert!(
         threads != Some(0),
         "bar.sync {id}, 0: the thread count must be at least 1"

@@ -61,8 +61,7 @@ mod warp;
 pub use config::VgpuConfig;
 pub use error::CpuError;
 pub use report::{
-    CtaReport, DeadlockReport, HangReport, QueuedKernel, SemaphoreWait, StreamReport, ThreadGroup,
-    ThreadWait,
+    CtaReport, DeadlockReport, HangReport, QueuedKernel, SemaphoreWait, StreamReport, ThreadGroup, ThreadWait,
 };
 pub use stream::{EventId, StreamId};
 pub use vgpu::{CpuLaunch, KernelEntry, VgpuStats, VirtualGpu};

@@ -156,12 +156,7 @@ impl fmt::Display for ThreadGroup {
         if one {
             write!(f, "thread {}", self.threads[0])?;
         } else {
-            write!(
-                f,
-                "threads {} ({})",
-                ranges(&self.threads),
-                self.threads.len()
-            )?;
+            write!(f, "threads {} ({})", ranges(&self.threads), self.threads.len())?;
         }
         let s = if one { "s" } else { "" };
         match &self.wait {
@@ -170,21 +165,10 @@ impl fmt::Display for ThreadGroup {
                 " wait{s} on semaphore tensor#{}[{}] = {value}, target {} (launch {}, tile {}, at {:p})",
                 site.tensor_id, site.sem_index, site.target, site.launch_id, site.tile, site.sem
             ),
-            ThreadWait::Barrier {
-                id,
-                arrived,
-                expected,
-            } => {
-                write!(
-                    f,
-                    " wait{s} at barrier {id} ({arrived} of {expected} threads arrived)"
-                )
+            ThreadWait::Barrier { id, arrived, expected } => {
+                write!(f, " wait{s} at barrier {id} ({arrived} of {expected} threads arrived)")
             }
-            ThreadWait::Collective {
-                warp,
-                mask,
-                arrived,
-            } => write!(
+            ThreadWait::Collective { warp, mask, arrived } => write!(
                 f,
                 " wait{s} in warp_exchange of warp {warp}, mask {mask:#010x} (lanes {} arrived)",
                 super::warp::lanes(*arrived)

@@ -32,8 +32,7 @@ use super::config::VgpuConfig;
 use super::cta::{Cta, ThreadState};
 use super::dispatch::{Dispatcher, KernelRun};
 use super::report::{
-    CtaReport, DeadlockReport, HangReport, QueuedKernel, SemaphoreWait, StreamReport, ThreadGroup,
-    ThreadWait,
+    CtaReport, DeadlockReport, HangReport, QueuedKernel, SemaphoreWait, StreamReport, ThreadGroup, ThreadWait,
 };
 use super::rng::Rng;
 use super::stack::{self, StackPool};
@@ -262,9 +261,7 @@ impl Engine {
                 Arc::clone(&k.entry),
                 Rc::clone(&self.clock),
             )
-            .ok_or_else(|| {
-                CpuError::Resource(format!("cannot allocate {} B of shared memory", k.smem))
-            })?;
+            .ok_or_else(|| CpuError::Resource(format!("cannot allocate {} B of shared memory", k.smem)))?;
             let n = cta.size();
             let slot = match self.free.pop() {
                 Some(s) => {
@@ -370,8 +367,7 @@ impl Engine {
         };
         self.stats.switches += 1;
         self.idle_switches += 1;
-        self.clock
-            .set(self.clock.get().wrapping_add(self.cfg.switch_ns));
+        self.clock.set(self.clock.get().wrapping_add(self.cfg.switch_ns));
         // Check the stack before anything else runs (see `stack`): after a suspension, and
         // as an exited thread's stack goes back to the pool. An overflow stops the run.
         match result {
@@ -400,9 +396,7 @@ impl Engine {
     /// The error for thread `r`, whose stack overflowed (its chunk is quarantined by now).
     fn stack_overflow(&self, r: ThreadRef) -> CpuError {
         let Some(Some(cta)) = self.ctas.get(r.cta as usize) else {
-            return CpuError::Resource(
-                "stack overflow in a kernel thread of a finished CTA".into(),
-            );
+            return CpuError::Resource("stack overflow in a kernel thread of a finished CTA".into());
         };
         CpuError::StackOverflow {
             kernel: kernel_name(&self.dispatch, cta.seq),
@@ -423,16 +417,14 @@ impl Engine {
                 cta.slots[t].state = ThreadState::Waiting(site);
                 self.waiters.push(r, site);
             }
-            Request::Barrier { id, count, pred } => {
-                match cta.barriers.arrive(id, r.thread, count, pred, cta.live) {
-                    Ok(Arrival::Wait) => cta.slots[t].state = ThreadState::Barrier(id),
-                    Ok(Arrival::Release(rel)) => {
-                        release(cta, rel);
-                        self.progress += 1;
-                    }
-                    Err(message) => return Err(illegal(&self.dispatch, cta, r.thread, message)),
+            Request::Barrier { id, count, pred } => match cta.barriers.arrive(id, r.thread, count, pred, cta.live) {
+                Ok(Arrival::Wait) => cta.slots[t].state = ThreadState::Barrier(id),
+                Ok(Arrival::Release(rel)) => {
+                    release(cta, rel);
+                    self.progress += 1;
                 }
-            }
+                Err(message) => return Err(illegal(&self.dispatch, cta, r.thread, message)),
+            },
             Request::Exchange {
                 mask,
                 type_id,
@@ -443,8 +435,7 @@ impl Engine {
                 // argument to `warp_exchange`, which stays on its stack while it is
                 // suspended — it is suspended now, and the bytes are copied here. They are
                 // viewed as `MaybeUninit<u8>` because the value may contain padding.
-                let bytes =
-                    unsafe { std::slice::from_raw_parts(value.cast::<MaybeUninit<u8>>(), size) };
+                let bytes = unsafe { std::slice::from_raw_parts(value.cast::<MaybeUninit<u8>>(), size) };
                 let (warp, lane) = (r.thread / WARP_SIZE, r.thread % WARP_SIZE);
                 match cta.warps.arrive(warp, lane, mask, type_id, bytes) {
                     Ok(Exchange::Wait) => cta.slots[t].state = ThreadState::Exchange(mask),
@@ -480,10 +471,7 @@ impl Engine {
         cta.live -= 1;
         self.progress += 1;
         self.stats.threads += 1;
-        if let Err(message) = cta
-            .warps
-            .thread_exited(r.thread / WARP_SIZE, r.thread % WARP_SIZE)
-        {
+        if let Err(message) = cta.warps.thread_exited(r.thread / WARP_SIZE, r.thread % WARP_SIZE) {
             return Err(illegal(&self.dispatch, cta, r.thread, message));
         }
         for rel in cta.barriers.thread_exited(cta.live) {
@@ -528,12 +516,7 @@ impl Engine {
     /// Where every resident CTA's threads are, the kernels waiting for SM room and the
     /// streams whose work cannot start.
     fn snapshot(&self, q: &Queues) -> (Vec<CtaReport>, Vec<QueuedKernel>, Vec<StreamReport>) {
-        let mut ctas: Vec<CtaReport> = self
-            .ctas
-            .iter()
-            .flatten()
-            .map(|c| self.cta_report(c))
-            .collect();
+        let mut ctas: Vec<CtaReport> = self.ctas.iter().flatten().map(|c| self.cta_report(c)).collect();
         ctas.sort_by_key(|c| (c.launch, c.cta));
         let queued = self
             .dispatch
@@ -569,11 +552,7 @@ impl Engine {
                 },
                 ThreadState::Barrier(id) => {
                     let (arrived, expected) = cta.barriers.progress(id, cta.live);
-                    ThreadWait::Barrier {
-                        id,
-                        arrived,
-                        expected,
-                    }
+                    ThreadWait::Barrier { id, arrived, expected }
                 }
                 ThreadState::Exchange(mask) => {
                     let warp = t / WARP_SIZE;
@@ -586,10 +565,7 @@ impl Engine {
             };
             match groups.iter_mut().find(|g| g.wait == wait) {
                 Some(g) => g.threads.push(t),
-                None => groups.push(ThreadGroup {
-                    threads: vec![t],
-                    wait,
-                }),
+                None => groups.push(ThreadGroup { threads: vec![t], wait }),
             }
         }
         groups.sort_by_key(|g| match g.wait {

@@ -83,15 +83,9 @@ impl CtaSharedMemory {
     /// This CTA's instance of the static variable `key`, allocated zeroed on first use.
     /// Errors (a message for the kernel panic) when `size`/`align` is not a valid layout
     /// or differs from the first use of the same key.
-    pub(crate) fn static_var(
-        &self,
-        key: *const u8,
-        size: usize,
-        align: usize,
-    ) -> Result<*mut u8, String> {
-        let layout = Layout::from_size_align(size, align).map_err(|_| {
-            format!("static shared variable {key:p}: invalid layout (size {size}, align {align})")
-        })?;
+    pub(crate) fn static_var(&self, key: *const u8, size: usize, align: usize) -> Result<*mut u8, String> {
+        let layout = Layout::from_size_align(size, align)
+            .map_err(|_| format!("static shared variable {key:p}: invalid layout (size {size}, align {align})"))?;
         let mut statics = self.statics.borrow_mut();
         if let Some(var) = statics.iter().find(|v| v.key == key as usize) {
             if var.buf.layout != layout {
@@ -105,10 +99,7 @@ impl CtaSharedMemory {
         }
         let buf = SharedBuf::zeroed(layout);
         let ptr = buf.ptr();
-        statics.push(StaticVar {
-            key: key as usize,
-            buf,
-        });
+        statics.push(StaticVar { key: key as usize, buf });
         Ok(ptr)
     }
 }

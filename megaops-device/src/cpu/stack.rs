@@ -114,8 +114,7 @@ impl Chunk {
     /// Maps a chunk of `slots` slots of `slot` bytes (each with a canary page of
     /// `canary_words` words) above a `guard`-byte guard region.
     fn map(guard: usize, slot: usize, slots: usize, canary_words: usize) -> io::Result<Chunk> {
-        let too_large =
-            || io::Error::new(io::ErrorKind::InvalidInput, "chunk size overflows usize");
+        let too_large = || io::Error::new(io::ErrorKind::InvalidInput, "chunk size overflows usize");
         let len = slot
             .checked_mul(slots)
             .and_then(|b| b.checked_add(guard))
@@ -126,16 +125,7 @@ impl Chunk {
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
         // SAFETY: an anonymous private mapping at an address of the kernel's choice touches
         // no existing memory; the result is checked below.
-        let map = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                -1,
-                0,
-            )
-        };
+        let map = unsafe { libc::mmap(ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
         if map == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
@@ -309,9 +299,7 @@ impl StackPool {
     /// ([`super::VgpuConfig::validate`]).
     pub(crate) fn new(stack_size: usize, max_live: u64) -> Self {
         let page = page_size();
-        let usable = stack_size
-            .clamp(MIN_STACK_SIZE, MAX_STACK_SIZE)
-            .next_multiple_of(page);
+        let usable = stack_size.clamp(MIN_STACK_SIZE, MAX_STACK_SIZE).next_multiple_of(page);
         debug_assert_eq!(page % STACK_ALIGNMENT, 0);
         StackPool {
             slot: page + usable,
@@ -362,12 +350,10 @@ impl StackPool {
         let low = chunk.slot_low(i);
         // SAFETY: the canary page of slot `i` lies in the chunk's read-write part and
         // belongs to no stack yet; page-aligned, so aligned for `u64`.
-        unsafe { std::slice::from_raw_parts_mut(low.as_ptr().cast::<u64>(), self.canary_words) }
-            .fill(CANARY);
+        unsafe { std::slice::from_raw_parts_mut(low.as_ptr().cast::<u64>(), self.canary_words) }.fill(CANARY);
         // `low + slot` is the next slot's low end, or the end of the mapping.
-        let base = StackPointer::new(low.as_ptr() as usize + self.slot).ok_or_else(|| {
-            CpuError::Resource("coroutine stack at the top of the address space".into())
-        })?;
+        let base = StackPointer::new(low.as_ptr() as usize + self.slot)
+            .ok_or_else(|| CpuError::Resource("coroutine stack at the top of the address space".into()))?;
         let stack = ArenaStack {
             base,
             chunk: Rc::clone(&chunk),
@@ -440,22 +426,14 @@ impl StackPool {
     /// Whether the stack with floor `floor` lies in a quarantined chunk: its coroutine
     /// must never run (or unwind) again.
     pub(crate) fn poisoned_at(&self, floor: usize) -> bool {
-        self.any_poisoned
-            && self
-                .chunks
-                .iter()
-                .any(|c| c.poisoned.get() && c.contains(floor))
+        self.any_poisoned && self.chunks.iter().any(|c| c.poisoned.get() && c.contains(floor))
     }
 
     fn poison(&mut self, chunk: &Rc<Chunk>) {
         if !chunk.poisoned.replace(true) {
             self.any_poisoned = true;
             self.capacity = self.capacity.saturating_sub(chunk.slots);
-            if self
-                .fresh
-                .as_ref()
-                .is_some_and(|(c, _)| Rc::ptr_eq(c, chunk))
-            {
+            if self.fresh.as_ref().is_some_and(|(c, _)| Rc::ptr_eq(c, chunk)) {
                 self.fresh = None;
             }
         }
@@ -500,10 +478,7 @@ mod tests {
         let mut pool = StackPool::new(10_000, 8);
         let stacks: Vec<ArenaStack> = (0..8).map(|_| pool.take().expect("stack")).collect();
         let page = page_size();
-        let mut ranges: Vec<(usize, usize)> = stacks
-            .iter()
-            .map(|s| (s.limit().get(), s.base().get()))
-            .collect();
+        let mut ranges: Vec<(usize, usize)> = stacks.iter().map(|s| (s.limit().get(), s.base().get())).collect();
         ranges.sort_unstable();
         for &(limit, base) in &ranges {
             assert_eq!(limit % page, 0);
@@ -605,17 +580,10 @@ mod tests {
             .lines()
             .filter_map(|l| {
                 let (lo, hi) = l.split_whitespace().next()?.split_once('-')?;
-                Some((
-                    usize::from_str_radix(lo, 16).ok()?,
-                    usize::from_str_radix(hi, 16).ok()?,
-                ))
+                Some((usize::from_str_radix(lo, 16).ok()?, usize::from_str_radix(hi, 16).ok()?))
             })
             .filter(|&(lo, hi)| chunks.iter().any(|&(a, b)| lo < b && a < hi))
             .count();
-        assert!(
-            vmas <= 2 * chunks.len(),
-            "{vmas} VMAs for {} chunks",
-            chunks.len()
-        );
+        assert!(vmas <= 2 * chunks.len(), "{vmas} VMAs for {} chunks", chunks.len());
     }
 }

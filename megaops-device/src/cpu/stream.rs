@@ -176,10 +176,7 @@ impl Queues {
 
     /// The id of stream `index`.
     pub(crate) fn stream_id(&self, index: u32) -> StreamId {
-        StreamId {
-            gpu: self.gpu,
-            index,
-        }
+        StreamId { gpu: self.gpu, index }
     }
 
     pub(crate) fn num_streams(&self) -> usize {
@@ -244,17 +241,12 @@ impl Queues {
 
     /// The goal "everything submitted so far on `stream`".
     pub(crate) fn goal_stream(&self, stream: StreamId) -> Goal {
-        Goal::Streams(vec![(
-            stream.index,
-            self.streams[stream.index as usize].submitted,
-        )])
+        Goal::Streams(vec![(stream.index, self.streams[stream.index as usize].submitted)])
     }
 
     pub(crate) fn reached(&self, goal: &Goal) -> bool {
         match goal {
-            Goal::Streams(targets) => targets
-                .iter()
-                .all(|&(s, n)| self.streams[s as usize].completed >= n),
+            Goal::Streams(targets) => targets.iter().all(|&(s, n)| self.streams[s as usize].completed >= n),
             Goal::Event(e) => self.event_complete(*e),
         }
     }
@@ -287,21 +279,13 @@ impl Queues {
                     format!("{queued} operation(s) queued behind {running}")
                 }
                 (None, Some(Op::Wait(e))) => {
-                    let on = self
-                        .events
-                        .get(*e as usize)
-                        .map(|ev| ev.stream)
-                        .unwrap_or(u32::MAX);
+                    let on = self.events.get(*e as usize).map(|ev| ev.stream).unwrap_or(u32::MAX);
                     format!(
                         "waits for event {e} (recorded on stream {on}), {} operation(s) behind it",
                         queued - 1
                     )
                 }
-                (None, Some(op)) => format!(
-                    "{} not started, {} operation(s) behind it",
-                    op.describe(),
-                    queued - 1
-                ),
+                (None, Some(op)) => format!("{} not started, {} operation(s) behind it", op.describe(), queued - 1),
             };
             out.push((stream, line));
         }

@@ -95,8 +95,7 @@ impl ThreadCtx {
         // Where the stack stands, for the scheduler's overflow check (a local's address: the
         // suspension itself goes only a few words deeper).
         let here = 0u8;
-        self.sp
-            .set(std::hint::black_box(&here) as *const u8 as usize);
+        self.sp.set(std::hint::black_box(&here) as *const u8 as usize);
         // SAFETY: the coroutine body stores its `Yielder` here before running the entry;
         // the `Yielder` lives at the base of the coroutine's stack for the coroutine's
         // whole life, and this runs on that coroutine (the scheduler only makes a thread
@@ -224,12 +223,7 @@ impl Drop for SchedulingGuard {
 
 /// The coroutine of thread `thread` of `cta`, running `entry` on `stack`. A panic in the
 /// entry is caught and becomes the coroutine's `Err` result.
-pub(crate) fn spawn(
-    stack: ArenaStack,
-    cta: Rc<CtaInfo>,
-    thread: u32,
-    entry: KernelEntry,
-) -> ThreadCoroutine {
+pub(crate) fn spawn(stack: ArenaStack, cta: Rc<CtaInfo>, thread: u32, entry: KernelEntry) -> ThreadCoroutine {
     let ctx = &cta.threads[thread as usize];
     ctx.floor.set(stack.floor());
     ctx.sp.set(0);

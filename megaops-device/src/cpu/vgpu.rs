@@ -34,12 +34,7 @@ pub struct CpuLaunch {
 
 impl CpuLaunch {
     /// A launch of `entry` on `grid × block` threads, without dynamic shared memory.
-    pub fn new(
-        name: impl Into<String>,
-        grid: Dim3,
-        block: Dim3,
-        entry: impl Fn() + Send + Sync + 'static,
-    ) -> Self {
+    pub fn new(name: impl Into<String>, grid: Dim3, block: Dim3, entry: impl Fn() + Send + Sync + 'static) -> Self {
         CpuLaunch {
             name: name.into(),
             grid,

@@ -51,11 +51,7 @@ impl Warps {
         let gone = (0..warps)
             .map(|w| {
                 let lanes = (threads - w * WARP_SIZE).min(WARP_SIZE);
-                if lanes == WARP_SIZE {
-                    0
-                } else {
-                    !0u32 << lanes
-                }
+                if lanes == WARP_SIZE { 0 } else { !0u32 << lanes }
             })
             .collect();
         Warps {
@@ -82,11 +78,7 @@ impl Warps {
             ));
         }
         let size = value.len();
-        let idx = match self
-            .pending
-            .iter()
-            .position(|p| p.warp == warp && p.mask == mask)
-        {
+        let idx = match self.pending.iter().position(|p| p.warp == warp && p.mask == mask) {
             Some(i) => {
                 let p = &self.pending[i];
                 if p.size != size || p.type_id != type_id {
@@ -116,9 +108,7 @@ impl Warps {
         p.arrived |= 1 << lane;
         if p.arrived == mask {
             let done = self.pending.swap_remove(idx);
-            Ok(Exchange::Complete {
-                data: done.data.into(),
-            })
+            Ok(Exchange::Complete { data: done.data.into() })
         } else {
             Ok(Exchange::Wait)
         }
@@ -189,10 +179,7 @@ mod tests {
             Ok(Exchange::Complete { data }) => {
                 assert_eq!(data.len(), 32 * 4);
                 // SAFETY: lanes 0..3 deposited initialised bytes.
-                let bytes: Vec<u8> = data[..12]
-                    .iter()
-                    .map(|x| unsafe { x.assume_init() })
-                    .collect();
+                let bytes: Vec<u8> = data[..12].iter().map(|x| unsafe { x.assume_init() }).collect();
                 assert_eq!(bytes, [0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0]);
             }
             other => panic!("expected completion, got {other:?}"),
@@ -203,14 +190,8 @@ mod tests {
     #[test]
     fn disjoint_masks_are_independent() {
         let mut w = Warps::new(32);
-        assert!(matches!(
-            w.arrive(0, 0, 0b11, t(), &b([0; 4])),
-            Ok(Exchange::Wait)
-        ));
-        assert!(matches!(
-            w.arrive(0, 2, 0b1100, t(), &b([0; 4])),
-            Ok(Exchange::Wait)
-        ));
+        assert!(matches!(w.arrive(0, 0, 0b11, t(), &b([0; 4])), Ok(Exchange::Wait)));
+        assert!(matches!(w.arrive(0, 2, 0b1100, t(), &b([0; 4])), Ok(Exchange::Wait)));
         assert!(matches!(
             w.arrive(0, 1, 0b11, t(), &b([0; 4])),
             Ok(Exchange::Complete { .. })
@@ -223,29 +204,17 @@ mod tests {
         let mut w = Warps::new(40);
         // Warp 1 has lanes 0..8 only.
         assert!(w.arrive(1, 0, u32::MAX, t(), &b([0; 4])).is_err());
-        assert!(matches!(
-            w.arrive(0, 0, 0b11, t(), &b([0; 4])),
-            Ok(Exchange::Wait)
-        ));
+        assert!(matches!(w.arrive(0, 0, 0b11, t(), &b([0; 4])), Ok(Exchange::Wait)));
         let err = w.thread_exited(0, 1).expect_err("lane 0 waits for lane 1");
         assert!(err.contains("lane 1 of warp 0 exited"), "{err}");
-        assert!(
-            w.thread_exited(0, 5).is_ok(),
-            "lane 5 is not in the pending mask"
-        );
+        assert!(w.thread_exited(0, 5).is_ok(), "lane 5 is not in the pending mask");
     }
 
     #[test]
     fn mismatched_types_are_errors() {
         let mut w = Warps::new(32);
-        assert!(matches!(
-            w.arrive(0, 0, 0b11, t(), &b([0; 4])),
-            Ok(Exchange::Wait)
-        ));
-        assert!(
-            w.arrive(0, 1, 0b11, TypeId::of::<f32>(), &b([0; 4]))
-                .is_err()
-        );
+        assert!(matches!(w.arrive(0, 0, 0b11, t(), &b([0; 4])), Ok(Exchange::Wait)));
+        assert!(w.arrive(0, 1, 0b11, TypeId::of::<f32>(), &b([0; 4])).is_err());
         assert!(w.arrive(0, 1, 0b11, t(), &b([0; 8])).is_err());
     }
 

@@ -35,7 +35,11 @@ pub struct CtaRemap {
 
 impl CtaRemap {
     /// Tile `t` runs as tile `t`.
-    pub const IDENTITY: CtaRemap = CtaRemap { kind: 0, offset: 0, table: core::ptr::null() };
+    pub const IDENTITY: CtaRemap = CtaRemap {
+        kind: 0,
+        offset: 0,
+        table: core::ptr::null(),
+    };
 }
 
 /// Per-launch context, the last parameter of every MegaOps kernel.
@@ -78,7 +82,12 @@ impl DimTiling {
     /// A dimension of `size` elements cut into tiles of `tile` (the last may be partial).
     pub const fn plain(size: u32, tile: u32) -> Self {
         let count = if tile == 0 { 0 } else { size.div_ceil(tile) };
-        DimTiling { size, tile, count, bounds: core::ptr::null() }
+        DimTiling {
+            size,
+            tile,
+            count,
+            bounds: core::ptr::null(),
+        }
     }
 }
 
@@ -106,7 +115,12 @@ impl TileSync {
         tensor_id: 0,
         target: 0,
         rank: 0,
-        dims: [DimTiling { size: 0, tile: 0, count: 0, bounds: core::ptr::null() }; MAX_RANK],
+        dims: [DimTiling {
+            size: 0,
+            tile: 0,
+            count: 0,
+            bounds: core::ptr::null(),
+        }; MAX_RANK],
     };
 
     /// True when waits and signals on this tensor do something.

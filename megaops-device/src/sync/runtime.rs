@@ -99,7 +99,14 @@ pub unsafe fn wait_input(ctx: &KernelCtx, tile: u32, sync: &TileSync, region: &[
         let idx = sem_index(&sync.dims, sync.rank, &tiles.coords(k));
         // SAFETY: idx < number of semaphores of the tiling, which the host allocated.
         let sem = unsafe { sync.sema.add(idx as usize) };
-        let site = WaitSite { sem, target: sync.target, launch_id: ctx.launch_id, tile, tensor_id: sync.tensor_id, sem_index: idx };
+        let site = WaitSite {
+            sem,
+            target: sync.target,
+            launch_id: ctx.launch_id,
+            tile,
+            tensor_id: sync.tensor_id,
+            sem_index: idx,
+        };
         // SAFETY: forwarded contract.
         if !unsafe { wait_one(ctx, &site) } {
             return false;
@@ -232,7 +239,14 @@ pub unsafe fn signal_output(sync: &TileSync, region: &[(u32, u32); MAX_RANK], pr
             )
         };
         // SAFETY: idx < number of semaphores of the tiling.
-        unsafe { atomic::red_add(sync.sema.add(idx as usize), signal_increment(designated, target), Release, Gpu) };
+        unsafe {
+            atomic::red_add(
+                sync.sema.add(idx as usize),
+                signal_increment(designated, target),
+                Release,
+                Gpu,
+            )
+        };
         k += 1;
     }
 }

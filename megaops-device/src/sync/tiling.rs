@@ -139,7 +139,11 @@ impl TileBox {
 /// For each irregular dimension, `bounds` must be readable as for [`data_tile_range`].
 #[inline(always)]
 pub unsafe fn covered_box(dims: &[DimTiling; MAX_RANK], rank: u32, region: &[(u32, u32); MAX_RANK]) -> TileBox {
-    let mut b = TileBox { first: [0; MAX_RANK], count: [0; MAX_RANK], rank };
+    let mut b = TileBox {
+        first: [0; MAX_RANK],
+        count: [0; MAX_RANK],
+        rank,
+    };
     for i in 0..MAX_RANK {
         if i < rank as usize {
             // SAFETY: forwarded contract.
@@ -228,7 +232,11 @@ pub unsafe fn is_designated(
 /// 1 for the others.
 #[inline(always)]
 pub fn signal_increment(designated: bool, target: u32) -> i32 {
-    if designated { super::EPOCH_STRIDE - target as i32 + 1 } else { 1 }
+    if designated {
+        super::EPOCH_STRIDE - target as i32 + 1
+    } else {
+        1
+    }
 }
 
 /// Decodes how many of `target` signals a data tile has received in the epoch whose
@@ -242,7 +250,11 @@ pub fn signals_received(value: i32, ready: i32, target: u32) -> u32 {
     }
     let rel = rel as u32;
     let pad = super::EPOCH_STRIDE as u32 - target;
-    if rel > pad { (rel - pad).min(target) } else { rel.min(target) }
+    if rel > pad {
+        (rel - pad).min(target)
+    } else {
+        rel.min(target)
+    }
 }
 
 #[cfg(test)]
@@ -251,12 +263,19 @@ mod tests {
     use crate::sync::EPOCH_STRIDE;
 
     fn irregular(bounds: &'static [u32]) -> DimTiling {
-        DimTiling { size: *bounds.last().unwrap(), tile: 0, count: bounds.len() as u32 - 1, bounds: bounds.as_ptr() }
+        DimTiling {
+            size: *bounds.last().unwrap(),
+            tile: 0,
+            count: bounds.len() as u32 - 1,
+            bounds: bounds.as_ptr(),
+        }
     }
 
     /// Brute force: data tiles (by element membership) that [start, end) touches.
     fn brute_cover(d: &DimTiling, start: u32, end: u32) -> (u32, u32) {
-        let tiles: Vec<u32> = (start..end.min(d.size)).map(|x| unsafe { data_tile_of_brute(d, x) }).collect();
+        let tiles: Vec<u32> = (start..end.min(d.size))
+            .map(|x| unsafe { data_tile_of_brute(d, x) })
+            .collect();
         match (tiles.first(), tiles.last()) {
             (Some(&f), Some(&l)) => (f, l - f + 1),
             _ => (0, 0),
@@ -264,7 +283,9 @@ mod tests {
     }
 
     unsafe fn data_tile_of_brute(d: &DimTiling, x: u32) -> u32 {
-        (0..d.count).find(|&j| unsafe { data_tile_range(d, j) }.0 <= x && x < unsafe { data_tile_range(d, j) }.1).unwrap()
+        (0..d.count)
+            .find(|&j| unsafe { data_tile_range(d, j) }.0 <= x && x < unsafe { data_tile_range(d, j) }.1)
+            .unwrap()
     }
 
     #[test]
@@ -275,7 +296,11 @@ mod tests {
                 for k in 1..=13u32 {
                     for i in 0..size.div_ceil(k) + 1 {
                         let (s, e) = (i * k, i * k + k);
-                        assert_eq!(unsafe { covered(&d, s, e) }, brute_cover(&d, s, e), "size {size} tile {tile} k {k} i {i}");
+                        assert_eq!(
+                            unsafe { covered(&d, s, e) },
+                            brute_cover(&d, s, e),
+                            "size {size} tile {tile} k {k} i {i}"
+                        );
                     }
                 }
             }
@@ -290,13 +315,21 @@ mod tests {
                 for k in 1..=13u32 {
                     for j in 0..d.count {
                         let (s, e) = unsafe { data_tile_range(&d, j) };
-                        let brute = (0..size.div_ceil(k)).filter(|&i| i * k < e && (i * k + k).min(size) > s).count() as u32;
-                        assert_eq!(unsafe { producer_tiles_in(&d, j, k) }, brute, "size {size} tile {tile} k {k} j {j}");
+                        let brute = (0..size.div_ceil(k))
+                            .filter(|&i| i * k < e && (i * k + k).min(size) > s)
+                            .count() as u32;
+                        assert_eq!(
+                            unsafe { producer_tiles_in(&d, j, k) },
+                            brute,
+                            "size {size} tile {tile} k {k} j {j}"
+                        );
                     }
                     // Every data tile has exactly one designated kernel tile.
                     for j in 0..d.count {
                         let (s, _) = unsafe { data_tile_range(&d, j) };
-                        let designated = (0..size.div_ceil(k)).filter(|&i| i * k <= s && s < (i * k + k).min(size)).count();
+                        let designated = (0..size.div_ceil(k))
+                            .filter(|&i| i * k <= s && s < (i * k + k).min(size))
+                            .count();
                         assert_eq!(designated, 1);
                     }
                 }
@@ -313,11 +346,16 @@ mod tests {
         }
         for k in 1..=18u32 {
             for i in 0..17u32.div_ceil(k) {
-                assert_eq!(unsafe { covered(&d, i * k, i * k + k) }, brute_cover(&d, i * k, i * k + k));
+                assert_eq!(
+                    unsafe { covered(&d, i * k, i * k + k) },
+                    brute_cover(&d, i * k, i * k + k)
+                );
             }
             for j in 0..4 {
                 let (s, e) = unsafe { data_tile_range(&d, j) };
-                let brute = (0..17u32.div_ceil(k)).filter(|&i| i * k < e && (i * k + k).min(17) > s).count() as u32;
+                let brute = (0..17u32.div_ceil(k))
+                    .filter(|&i| i * k < e && (i * k + k).min(17) > s)
+                    .count() as u32;
                 assert_eq!(unsafe { producer_tiles_in(&d, j, k) }, brute);
             }
         }

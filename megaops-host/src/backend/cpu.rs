@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use megaops_device::cpu::{VgpuConfig, VirtualGpu};
-use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::sync::Arc;
 
 /// Alignment of CPU-backend allocations (as cudaMalloc's 256 bytes).
@@ -24,11 +24,14 @@ impl CpuDevice {
     /// Allocates zeroed host memory standing in for device memory.
     pub fn alloc(bytes: usize) -> Result<(*mut u8, usize)> {
         let size = bytes.max(1).div_ceil(ALIGN) * ALIGN;
-        let layout = Layout::from_size_align(size, ALIGN).map_err(|e| Error::Invalid(format!("allocation of {bytes} bytes: {e}")))?;
+        let layout = Layout::from_size_align(size, ALIGN)
+            .map_err(|e| Error::Invalid(format!("allocation of {bytes} bytes: {e}")))?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {
-            return Err(Error::Invalid(format!("out of host memory allocating {size} bytes for the CPU backend")));
+            return Err(Error::Invalid(format!(
+                "out of host memory allocating {size} bytes for the CPU backend"
+            )));
         }
         Ok((ptr, size))
     }

@@ -3,9 +3,9 @@
 
 use crate::error::{CudaContext as _, Error, Result};
 use crate::module::PtxModule;
-use cudarc::driver::{result, sys, CudaContext, CudaStream};
-use std::ffi::CString;
+use cudarc::driver::{CudaContext, CudaStream, result, sys};
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::sync::{Arc, Mutex};
 
 /// Shared memory a block may use without opting in.
@@ -62,7 +62,11 @@ struct Pool {
 /// Rounds an allocation size to the pool's size classes.
 pub(crate) fn round_size(bytes: usize) -> usize {
     let bytes = bytes.max(1);
-    if bytes <= 1 << 20 { bytes.div_ceil(512) * 512 } else { bytes.div_ceil(2 << 20) * (2 << 20) }
+    if bytes <= 1 << 20 {
+        bytes.div_ceil(512) * 512
+    } else {
+        bytes.div_ceil(2 << 20) * (2 << 20)
+    }
 }
 
 impl CudaDevice {
@@ -73,7 +77,9 @@ impl CudaDevice {
         // SAFETY: checking for the driver library before touching it; cudarc panics
         // otherwise.
         if !unsafe { sys::is_culib_present() } {
-            return Err(Error::NoDevice("the CUDA driver library (libcuda.so) is not installed".into()));
+            return Err(Error::NoDevice(
+                "the CUDA driver library (libcuda.so) is not installed".into(),
+            ));
         }
         let count = CudaContext::device_count().ctx(|| "counting CUDA devices".into())?;
         if count <= 0 {
@@ -94,7 +100,10 @@ impl CudaDevice {
         unsafe { ctx.disable_event_tracking() };
         let attr = |a| ctx.attribute(a).ctx(|| format!("reading device attribute {a:?}"));
         use sys::CUdevice_attribute_enum as A;
-        let cc = (attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
+        let cc = (
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
         Ok(CudaDevice {
             name: ctx.name().ctx(|| "reading the device name".into())?,
             cc,
@@ -109,7 +118,9 @@ impl CudaDevice {
     }
 
     fn bind(&self) -> Result<()> {
-        self.ctx.bind_to_thread().ctx(|| "binding the CUDA context to this thread".into())
+        self.ctx
+            .bind_to_thread()
+            .ctx(|| "binding the CUDA context to this thread".into())
     }
 
     /// Allocates `bytes` of device memory (plain `cuMemAlloc`, so stream memory
@@ -171,14 +182,23 @@ impl CudaDevice {
         let lf = match functions.get(entry) {
             Some(f) => *f,
             None => {
-                let name = CString::new(entry).map_err(|_| Error::Invalid(format!("kernel name `{entry}` contains NUL")))?;
+                let name =
+                    CString::new(entry).map_err(|_| Error::Invalid(format!("kernel name `{entry}` contains NUL")))?;
                 self.bind()?;
                 let mut func: sys::CUfunction = std::ptr::null_mut();
                 // SAFETY: module is a live module handle; name is NUL-terminated.
                 unsafe { sys::cuModuleGetFunction(&mut func, loaded.module, name.as_ptr()) }
                     .result()
-                    .ctx(|| format!("looking up kernel `{entry}` in the {} PTX of `{}`", loaded.arch, module.name))?;
-                let lf = LoadedFunction { func, smem_limit: DEFAULT_SMEM_LIMIT };
+                    .ctx(|| {
+                        format!(
+                            "looking up kernel `{entry}` in the {} PTX of `{}`",
+                            loaded.arch, module.name
+                        )
+                    })?;
+                let lf = LoadedFunction {
+                    func,
+                    smem_limit: DEFAULT_SMEM_LIMIT,
+                };
                 functions.insert(entry, lf);
                 lf
             }
@@ -187,10 +207,22 @@ impl CudaDevice {
             use sys::CUfunction_attribute_enum as F;
             // SAFETY: a live function handle; the attribute value was checked against
             // the device's opt-in limit by the launch.
-            unsafe { sys::cuFuncSetAttribute(lf.func, F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_smem as i32) }
-                .result()
-                .ctx(|| format!("opting `{entry}` in to {dynamic_smem} bytes of dynamic shared memory"))?;
-            functions.insert(entry, LoadedFunction { func: lf.func, smem_limit: dynamic_smem });
+            unsafe {
+                sys::cuFuncSetAttribute(
+                    lf.func,
+                    F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    dynamic_smem as i32,
+                )
+            }
+            .result()
+            .ctx(|| format!("opting `{entry}` in to {dynamic_smem} bytes of dynamic shared memory"))?;
+            functions.insert(
+                entry,
+                LoadedFunction {
+                    func: lf.func,
+                    smem_limit: dynamic_smem,
+                },
+            );
         }
         Ok(Function(lf.func))
     }
@@ -206,7 +238,8 @@ impl CudaDevice {
                 module.name, self.name, self.cc.0, self.cc.1, self.cc.0, self.cc.1
             ))
         })?;
-        let image = CString::new(src).map_err(|_| Error::Invalid(format!("the PTX of `{}` contains NUL", module.name)))?;
+        let image =
+            CString::new(src).map_err(|_| Error::Invalid(format!("the PTX of `{}` contains NUL", module.name)))?;
         self.bind()?;
         let mut m: sys::CUmodule = std::ptr::null_mut();
         // SAFETY: image is a NUL-terminated PTX text; the context is bound.
@@ -217,14 +250,24 @@ impl CudaDevice {
         let mut count: std::ffi::c_uint = 0;
         // SAFETY: m is the module just loaded; the array has `count` slots.
         unsafe {
-            sys::cuModuleGetFunctionCount(&mut count, m).result().ctx(|| "counting a module's functions".into())?;
+            sys::cuModuleGetFunctionCount(&mut count, m)
+                .result()
+                .ctx(|| "counting a module's functions".into())?;
             let mut funcs = vec![std::ptr::null_mut(); count as usize];
-            sys::cuModuleEnumerateFunctions(funcs.as_mut_ptr(), count, m).result().ctx(|| "listing a module's functions".into())?;
+            sys::cuModuleEnumerateFunctions(funcs.as_mut_ptr(), count, m)
+                .result()
+                .ctx(|| "listing a module's functions".into())?;
             for f in funcs {
-                sys::cuFuncLoad(f).result().ctx(|| format!("loading the functions of `{}`", module.name))?;
+                sys::cuFuncLoad(f)
+                    .result()
+                    .ctx(|| format!("loading the functions of `{}`", module.name))?;
             }
         }
-        let loaded = Arc::new(LoadedModule { module: m, arch, functions: Mutex::new(HashMap::new()) });
+        let loaded = Arc::new(LoadedModule {
+            module: m,
+            arch,
+            functions: Mutex::new(HashMap::new()),
+        });
         lock(&self.modules).insert(module.key(), loaded.clone());
         Ok(loaded)
     }

@@ -21,9 +21,7 @@ use megaops::bf16;
 use megaops::device::atomic::{self, AcqRel, Gpu, Relaxed};
 use megaops::device::convert::pack_bf16x2;
 use megaops::device::fence::fence;
-use megaops::device::memory::{
-    ld_global_cg_v2_u32, ld_global_cg_v4_u32, st_global_v2_u32, st_global_v4_f32,
-};
+use megaops::device::memory::{ld_global_cg_v2_u32, ld_global_cg_v4_u32, st_global_v2_u32, st_global_v4_f32};
 use megaops::device::shared::{self, SharedPtr};
 use megaops::device::thread::{lane_id, sync_threads, sync_threads_or, thread_idx_x, warp_id};
 use megaops::device::warp::{FULL_MASK, shfl_xor_sync};
@@ -107,15 +105,9 @@ pub unsafe fn decode_attention(
     // SAFETY: the kernel contract; the caches were waited for by this statement (it
     // mentions them), q too.
     unsafe {
-        run_split::<
-            { D as usize },
-            { G as usize },
-            { U as usize },
-            { (THREADS / 32) as usize },
-            THREADS,
-        >(
-            q, k_cache, v_cache, o, part_o, part_ml, counters, pid_b, pid_h, pid_s, hkv, splits,
-            start, end, max_seq, scale,
+        run_split::<{ D as usize }, { G as usize }, { U as usize }, { (THREADS / 32) as usize }, THREADS>(
+            q, k_cache, v_cache, o, part_o, part_ml, counters, pid_b, pid_h, pid_s, hkv, splits, start, end, max_seq,
+            scale,
         )
     };
 }
@@ -129,13 +121,7 @@ pub unsafe fn decode_attention(
 /// As for [`decode_attention`].
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn run_split<
-    const D: usize,
-    const G: usize,
-    const U: usize,
-    const NW: usize,
-    const THREADS: u32,
->(
+unsafe fn run_split<const D: usize, const G: usize, const U: usize, const NW: usize, const THREADS: u32>(
     q: *const bf16,
     k_cache: *const bf16,
     v_cache: *const bf16,
@@ -220,11 +206,7 @@ fn lane_slot<const D: usize>() -> (usize, usize) {
 /// # Safety
 /// `q` valid for row `job.b` of `[batch, hkv·G·D]`.
 #[inline(always)]
-unsafe fn load_q<const D: usize, const G: usize>(
-    q: *const bf16,
-    job: &Job,
-    qscale: f32,
-) -> [[f32; 8]; G] {
+unsafe fn load_q<const D: usize, const G: usize>(q: *const bf16, job: &Job, qscale: f32) -> [[f32; 8]; G] {
     let (_, c) = lane_slot::<D>();
     let row = job.b as usize * job.hkv as usize * G * D;
     core::array::from_fn(|g| {
@@ -384,12 +366,7 @@ unsafe fn finish<const D: usize, const G: usize, const NW: usize, const THREADS:
         let (mut mx, mut l, mut acc) = (f32::NEG_INFINITY, 0.0f32, [0.0f32; 4]);
         for w in 0..NW {
             // SAFETY: written before the barrier.
-            let (mw, lw) = unsafe {
-                (
-                    ml_s.add(2 * (w * G + g)).read(),
-                    ml_s.add(2 * (w * G + g) + 1).read(),
-                )
-            };
+            let (mw, lw) = unsafe { (ml_s.add(2 * (w * G + g)).read(), ml_s.add(2 * (w * G + g) + 1).read()) };
             let mn = mx.max(mw);
             let (a, b) = (exp2(mx - mn), exp2(mw - mn));
             l = l * a + lw * b;
@@ -551,9 +528,7 @@ mod host {
         if hkv == 0 || !hq.is_multiple_of(hkv) {
             return None;
         }
-        CONFIG_SHAPES
-            .iter()
-            .position(|&(cd, cg)| cd == d && cg == hq / hkv)
+        CONFIG_SHAPES.iter().position(|&(cd, cg)| cd == d && cg == hq / hkv)
     }
 
     /// A split count for `batch` sequences of up to `max_len` positions and `hkv` kv
@@ -584,14 +559,7 @@ mod host {
     impl DecodeWorkspace {
         /// Allocates the workspace for `batch` sequences, `hq`/`hkv` heads of dim `d` and
         /// `splits` splits.
-        pub fn new(
-            device: &Device,
-            batch: u32,
-            hq: u32,
-            hkv: u32,
-            d: u32,
-            splits: u32,
-        ) -> Result<DecodeWorkspace> {
+        pub fn new(device: &Device, batch: u32, hq: u32, hkv: u32, d: u32, splits: u32) -> Result<DecodeWorkspace> {
             let n = (batch * hq * splits.max(1)) as usize;
             Ok(DecodeWorkspace {
                 part_o: Tensor::zeros(device, &[n * d as usize])?,

@@ -171,10 +171,7 @@ mod tests {
         for i in -2000..2000 {
             let x = i as f32 * 0.05;
             let want = x as f64 / (1.0 + (-(x as f64)).exp());
-            assert!(
-                (silu(x) as f64 - want).abs() <= 1e-6 * (1.0 + want.abs()),
-                "silu({x})"
-            );
+            assert!((silu(x) as f64 - want).abs() <= 1e-6 * (1.0 + want.abs()), "silu({x})");
         }
         assert!(silu(-200.0).abs() < 1e-30);
         assert!((silu(200.0) - 200.0).abs() < 1e-4);

@@ -137,13 +137,7 @@ fn swz<const D: usize>(row: usize, chunk: usize) -> usize {
 /// # Safety
 /// `src` valid for `valid` rows; `dst` holds `rows·D` bf16; 16-byte aligned rows.
 #[inline(always)]
-unsafe fn load_tile<const D: usize>(
-    dst: SharedPtr<u8>,
-    src: *const bf16,
-    stride: usize,
-    rows: usize,
-    valid: usize,
-) {
+unsafe fn load_tile<const D: usize>(dst: SharedPtr<u8>, src: *const bf16, stride: usize, rows: usize, valid: usize) {
     let chunks = D / 8;
     let mut c = thread_idx_x() as usize;
     while c < rows * chunks {
@@ -156,13 +150,7 @@ unsafe fn load_tile<const D: usize>(
         };
         // SAFETY: `from` is in bounds when copied (ok), else 0 bytes are read from the
         // aligned base; `dst` chunk in bounds.
-        unsafe {
-            cp_async_cg_16_zfill(
-                dst.byte_add(swz::<D>(row, ch)),
-                from.cast(),
-                if ok { 16 } else { 0 },
-            )
-        };
+        unsafe { cp_async_cg_16_zfill(dst.byte_add(swz::<D>(row, ch)), from.cast(), if ok { 16 } else { 0 }) };
         c += block_dim_x() as usize;
     }
 }
@@ -237,11 +225,7 @@ unsafe fn run_tile<const D: usize, const BN: usize, const MT: usize, const NW: u
             v_cache.wrapping_add(cache_row0 * kv_stride + kv_head * D),
         );
         // SAFETY: as for the kernel; keys 0..kv_end of sequence b are in the cache.
-        unsafe {
-            attend_segment::<D, BN, MT, NW>(
-                q_s, k_s, v_s, kv, kv_stride, &seg, r0, &sh, o, q_stride, head,
-            )
-        };
+        unsafe { attend_segment::<D, BN, MT, NW>(q_s, k_s, v_s, kv, kv_stride, &seg, r0, &sh, o, q_stride, head) };
         b += 1;
     }
 }
@@ -470,8 +454,7 @@ mod host {
 
     /// `(D, BM)` of each tile config of [`prefill_attention`](super::prefill_attention), in
     /// `CONFIGS` order.
-    pub const CONFIG_SHAPES: [(u32, u32); 5] =
-        [(128, 64), (128, 128), (64, 64), (64, 128), (64, 128)];
+    pub const CONFIG_SHAPES: [(u32, u32); 5] = [(128, 64), (128, 128), (64, 64), (64, 128), (64, 128)];
 
     /// The first tile config of `prefill_attention` for head dim `d` with `bm` rows per
     /// kernel tile, if there is one.
@@ -488,18 +471,12 @@ mod host {
         let work = |pm: u32| ((pm * bm + bm - 1).min(m.saturating_sub(1))) % seq.max(1);
         let mut rows: Vec<u32> = (0..tiles_m).collect();
         rows.sort_by_key(|&pm| std::cmp::Reverse(work(pm)));
-        rows.iter()
-            .flat_map(|&pm| (0..hq).map(move |h| pm * hq + h))
-            .collect()
+        rows.iter().flat_map(|&pm| (0..hq).map(move |h| pm * hq + h)).collect()
     }
 
     /// [`longest_first_order`] as a launch remap (`LaunchOptions::remap`).
     pub fn longest_first(device: &Device, m: u32, seq: u32, bm: u32, hq: u32) -> Result<Remap> {
         let order = longest_first_order(m, seq, bm, hq);
-        Ok(Remap::Table(Tensor::from_slice(
-            device,
-            &[order.len()],
-            &order,
-        )?))
+        Ok(Remap::Table(Tensor::from_slice(device, &[order.len()], &order)?))
     }
 }

@@ -67,13 +67,7 @@ pub(crate) unsafe fn store_c<const BM: usize, const BN: usize, const MI: usize, 
     let cpr = (BN / 8) as u32;
     let rows_per_iter = threads / (BN / 8);
     let (tid, lane) = (linear_thread_idx(), lane_id());
-    let CTile {
-        smem,
-        row0,
-        col0,
-        m,
-        n,
-    } = *dst;
+    let CTile { smem, row0, col0, m, n } = *dst;
     // Every copy has landed and every warp is past its last read of the pipeline.
     cp_async_wait_all();
     sync_threads();

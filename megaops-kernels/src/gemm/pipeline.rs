@@ -219,19 +219,10 @@ impl<
     /// # Safety
     /// As for [`copy_k_rows`].
     #[inline(always)]
-    unsafe fn copy_k_rows<const ROWS: usize>(
-        &self,
-        src: *const bf16,
-        tile: u32,
-        first: u32,
-        limit: u32,
-        kt: u32,
-    ) {
+    unsafe fn copy_k_rows<const ROWS: usize>(&self, src: *const bf16, tile: u32, first: u32, limit: u32, kt: u32) {
         let to = self.smem.byte_add(tile as usize);
         // SAFETY: forwarded.
-        unsafe {
-            copy_k_rows::<ROWS, BK>(to, self.tid, Self::THREADS, src, first, limit, self.k, kt)
-        }
+        unsafe { copy_k_rows::<ROWS, BK>(to, self.tid, Self::THREADS, src, first, limit, self.k, kt) }
     }
 
     /// Copies k-rows `kt·BK..+BK` × columns `col0..col0+BN` of a row-major `[k, n]` matrix
@@ -245,14 +236,8 @@ impl<
         let cpr = Self::CPR_N as u32;
         let (r0, ch) = (self.tid / cpr, self.tid % cpr);
         let col = self.col0 + ch * 8;
-        let bytes = if col < self.n {
-            (2 * (self.n - col)).min(16)
-        } else {
-            0
-        };
-        let dst = self
-            .smem
-            .byte_add((tile + swizzle_bytes(r0, ch, cpr)) as usize);
+        let bytes = if col < self.n { (2 * (self.n - col)).min(16) } else { 0 };
+        let dst = self.smem.byte_add((tile + swizzle_bytes(r0, ch, cpr)) as usize);
         let row = kt * BK as u32 + r0;
         let base = src.wrapping_add(row as usize * self.n as usize + col as usize);
         unroll!(i in 0..BK / Self::RPI_N => {
@@ -355,14 +340,11 @@ impl<
             if NN {
                 // B[k, n] tile: 16 k-rows per k-step (a whole swizzle period); the
                 // per-lane chunk offset of each pair of n8 tiles is its own base.
-                let at = Self::b_stage(stage)
-                    + self.nn_base(bases.1, jj)
-                    + (ks * 16 * Self::CPR_N * 16) as u32;
+                let at = Self::b_stage(stage) + self.nn_base(bases.1, jj) + (ks * 16 * Self::CPR_N * 16) as u32;
                 // SAFETY: as for A.
                 unsafe { ldmatrix_x4_trans(self.smem.byte_add(at as usize)) }
             } else {
-                let at =
-                    Self::b_stage(stage) + (bases.1 ^ (32 * ks as u32)) + (jj * k_rows16) as u32;
+                let at = Self::b_stage(stage) + (bases.1 ^ (32 * ks as u32)) + (jj * k_rows16) as u32;
                 // SAFETY: as for A.
                 unsafe { ldmatrix_x4(self.smem.byte_add(at as usize)) }
             }
@@ -511,11 +493,7 @@ pub(crate) unsafe fn copy_k_rows<const ROWS: usize, const BK: usize>(
             } else {
                 src
             };
-            cp_async_cg_16_zfill(
-                dst.byte_add(i * threads * 16),
-                from.cast(),
-                if ok { bytes } else { 0 },
-            );
+            cp_async_cg_16_zfill(dst.byte_add(i * threads * 16), from.cast(), if ok { bytes } else { 0 });
         }
     }
 }

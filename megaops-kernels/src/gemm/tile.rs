@@ -79,10 +79,7 @@ mod tests {
     fn conflict_free(what: &str, chunks: [u32; 8]) {
         let mut seen = [false; 8];
         for c in chunks {
-            assert!(
-                !seen[slot(c) as usize],
-                "{what}: bank conflict among chunks {chunks:?}"
-            );
+            assert!(!seen[slot(c) as usize], "{what}: bank conflict among chunks {chunks:?}");
             seen[slot(c) as usize] = true;
         }
     }

@@ -167,12 +167,7 @@ impl<const RG: usize> WarpJob<RG> {
         let wk = warp / (BN / WARP_ROWS);
         let (g, t) = (lane / 4, lane % 4);
         let r0 = cta.n0 + wn * WARP_ROWS + g;
-        let rows = core::array::from_fn(|rg| {
-            [
-                Row::of(bases[rg], r0, n, k),
-                Row::of(bases[rg], r0 + 8, n, k),
-            ]
-        });
+        let rows = core::array::from_fn(|rg| [Row::of(bases[rg], r0, n, k), Row::of(bases[rg], r0 + 8, n, k)]);
         let total = k.div_ceil(CHUNK_K * U as u32);
         let per_split = total.div_ceil(cta.splits.max(1));
         let lo = cta.split.saturating_mul(per_split).min(total);
@@ -338,10 +333,7 @@ impl<const RG: usize> WarpJob<RG> {
     /// # Safety
     /// Warp-collective; rows readable as [`Row::load`] requires.
     #[inline(always)]
-    pub unsafe fn stream_slow<const U: usize, const NT: usize>(
-        &self,
-        x: &[Row; NT],
-    ) -> [[[f32; 4]; NT]; RG] {
+    pub unsafe fn stream_slow<const U: usize, const NT: usize>(&self, x: &[Row; NT]) -> [[[f32; 4]; NT]; RG] {
         let mut acc = [[[0f32; 4]; NT]; RG];
         let chunks = self.nb * U as u32;
         let mut c = 0u32;
@@ -440,8 +432,7 @@ fn finish<const RG: usize, const SILU: bool>(v: [f32; RG]) -> f32 {
 /// Index of `(wk, rg, token, col)` in the CTA's reduction buffer `[WK][RG][16][BN]` f32.
 #[inline(always)]
 fn red_index<const BN: u32, const RG: usize>(wk: u32, rg: usize, token: u32, col: u32) -> usize {
-    (((wk as usize * RG + rg) * GROUP_TOKENS as usize + token as usize) * BN as usize)
-        + col as usize
+    (((wk as usize * RG + rg) * GROUP_TOKENS as usize + token as usize) * BN as usize) + col as usize
 }
 
 /// Dynamic shared memory the engine needs, in bytes: `WK × RG × 16 × BN` f32.
@@ -514,10 +505,7 @@ pub unsafe fn run<
 /// # Safety
 /// `red` is the CTA's buffer of [`smem_bytes`]; each `(warp, element)` is written once.
 #[inline(always)]
-unsafe fn stash<const BN: u32, const RG: usize, const NT: usize>(
-    red: SharedPtr<f32>,
-    acc: &[[[f32; 4]; NT]; RG],
-) {
+unsafe fn stash<const BN: u32, const RG: usize, const NT: usize>(red: SharedPtr<f32>, acc: &[[[f32; 4]; NT]; RG]) {
     let (warp, lane) = (thread::warp_id(), thread::lane_id());
     let (wn, wk) = (warp % (BN / WARP_ROWS), warp / (BN / WARP_ROWS));
     let (g, t) = (lane / 4, lane % 4);
@@ -540,13 +528,7 @@ unsafe fn stash<const BN: u32, const RG: usize, const NT: usize>(
 /// # Safety
 /// As for [`run`]; a barrier separates this from the stashes.
 #[inline(always)]
-unsafe fn store_group<
-    const BN: u32,
-    const WK: u32,
-    const RG: usize,
-    const SILU: bool,
-    O: OutElem,
->(
+unsafe fn store_group<const BN: u32, const WK: u32, const RG: usize, const SILU: bool, O: OutElem>(
     red: SharedPtr<f32>,
     cta: CtaJob,
     ep: &Epilogue<O>,
@@ -590,13 +572,7 @@ unsafe fn store_group<
 /// # Safety
 /// As for [`run`]; every thread of the CTA calls it after its partial stores.
 #[inline(always)]
-unsafe fn reduce_splits<
-    const BN: u32,
-    const WK: u32,
-    const RG: usize,
-    const SILU: bool,
-    O: OutElem,
->(
+unsafe fn reduce_splits<const BN: u32, const WK: u32, const RG: usize, const SILU: bool, O: OutElem>(
     cta: CtaJob,
     ep: &Epilogue<O>,
 ) {

@@ -228,14 +228,7 @@ pub unsafe fn gemv_splitk(
 #[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2)]
 #[config(BN = 32, WK = 4, U: usize = 2, PF: usize = 2)]
 #[config(BN = 16, WK = 8, U: usize = 2, PF: usize = 2)]
-pub unsafe fn gate_up_silu(
-    x: *const bf16,
-    w_gate_up: *const bf16,
-    h: *mut bf16,
-    m: u32,
-    inter: u32,
-    k: u32,
-) {
+pub unsafe fn gate_up_silu(x: *const bf16, w_gate_up: *const bf16, h: *mut bf16, m: u32, inter: u32, k: u32) {
     let cta = CtaJob {
         n0: pid_n * BN,
         split: 0,
@@ -344,14 +337,7 @@ pub unsafe fn gate_up_silu_splitk(
 #[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2)]
 #[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2)]
 #[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2)]
-pub unsafe fn lm_head(
-    x: *const bf16,
-    w: *const bf16,
-    logits: *mut f32,
-    m: u32,
-    vocab: u32,
-    k: u32,
-) {
+pub unsafe fn lm_head(x: *const bf16, w: *const bf16, logits: *mut f32, m: u32, vocab: u32, k: u32) {
     let cta = CtaJob {
         n0: pid_n * BN,
         split: 0,

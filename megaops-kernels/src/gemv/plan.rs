@@ -99,15 +99,7 @@ pub fn cost(shape: ConfigShape, rg: u32, splits: u32, m: u32, n: u32, k: u32, sm
 /// Picks the config (among `configs` with weight prefetch on) and split (≤ `max_splits`;
 /// 1 means the kernel without split-K) the [cost model](self) likes best for an `m × n`
 /// output over `k` with `rg` row groups (1; 2 for gate+up).
-pub fn choose(
-    configs: &[ConfigInfo],
-    rg: u32,
-    m: u32,
-    n: u32,
-    k: u32,
-    sms: u32,
-    max_splits: u32,
-) -> Result<Choice> {
+pub fn choose(configs: &[ConfigInfo], rg: u32, m: u32, n: u32, k: u32, sms: u32, max_splits: u32) -> Result<Choice> {
     let mut best: Option<(f64, Choice)> = None;
     for (config, info) in configs.iter().enumerate() {
         let Some(shape) = ConfigShape::of(info) else {
@@ -124,14 +116,7 @@ pub fn choose(
         for splits in 1..=most {
             let c = cost(shape, rg, splits, m, n, k, sms);
             if best.as_ref().is_none_or(|(b, _)| c < *b - 1e-9) {
-                best = Some((
-                    c,
-                    Choice {
-                        config,
-                        splits,
-                        shape,
-                    },
-                ));
+                best = Some((c, Choice { config, splits, shape }));
             }
         }
     }
@@ -207,32 +192,12 @@ pub fn linear(
 ) -> Result<Choice> {
     check_weight("linear", w, n, k)?;
     let max_splits = if ws.is_some() { MAX_SPLITS } else { 1 };
-    let c = choose(
-        gemv::CONFIGS,
-        1,
-        m,
-        n,
-        k,
-        on.device().sm_count(),
-        max_splits,
-    )?;
+    let c = choose(gemv::CONFIGS, 1, m, n, k, on.device().sm_count(), max_splits)?;
     let opts = LaunchOptions::config(c.config);
     match ws {
         Some(ws) if c.splits > 1 => {
             ws.check(c.splits, 1, m, n, c.shape.bn)?;
-            gemv_splitk::launch_with(
-                on,
-                &opts,
-                x,
-                w,
-                y,
-                &mut ws.ws,
-                &mut ws.counters,
-                m,
-                n,
-                k,
-                c.splits,
-            )?;
+            gemv_splitk::launch_with(on, &opts, x, w, y, &mut ws.ws, &mut ws.counters, m, n, k, c.splits)?;
         }
         _ => gemv::launch_with(on, &opts, x, w, y, m, n, k)?,
     }
@@ -301,19 +266,13 @@ mod tests {
         ] {
             for c in configs {
                 let s = ConfigShape::of(c).unwrap_or_else(|| panic!("config `{}`", c.name));
-                assert!(
-                    s.bn.is_multiple_of(16) && s.wk >= 1 && s.u >= 1 && s.pf <= 2,
-                    "{s:?}"
-                );
+                assert!(s.bn.is_multiple_of(16) && s.wk >= 1 && s.u >= 1 && s.pf <= 2, "{s:?}");
             }
         }
         // `linear` / `gate_up` launch the split kernel with the plain kernel's config index.
         let names = |c: &[ConfigInfo]| c.iter().map(|c| c.name).collect::<Vec<_>>();
         assert_eq!(names(gemv::CONFIGS), names(gemv_splitk::CONFIGS));
-        assert_eq!(
-            names(gate_up_silu::CONFIGS),
-            names(gate_up_silu_splitk::CONFIGS)
-        );
+        assert_eq!(names(gate_up_silu::CONFIGS), names(gate_up_silu_splitk::CONFIGS));
     }
 
     #[test]

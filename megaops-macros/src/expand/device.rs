@@ -24,11 +24,7 @@ use quote::quote;
 pub fn entries(plan: &Plan) -> TokenStream {
     let k = plan.k;
     let params = k.item.sig.inputs.iter();
-    let (ctx, kernel_ctx, tile_sync) = (
-        local("__megaops_ctx"),
-        paths::kernel_ctx(),
-        paths::tile_sync(),
-    );
+    let (ctx, kernel_ctx, tile_sync) = (local("__megaops_ctx"), paths::kernel_ctx(), paths::tile_sync());
     let syncs: Vec<_> = plan.syncs.iter().map(|s| &s.sync_ident).collect();
     let attrs = &k.attrs;
     let vis = k.vis();
@@ -65,7 +61,9 @@ pub fn entries(plan: &Plan) -> TokenStream {
 /// `.minnctapersm N` on the entry (rustc has no attribute for launch bounds). `block` and
 /// `min_ctas` must then be constant expressions of the config's constants.
 fn launch_bounds(plan: &Plan, i: usize, consts: TokenStream) -> TokenStream {
-    let Some(min) = &plan.k.min_ctas else { return TokenStream::new() };
+    let Some(min) = &plan.k.min_ctas else {
+        return TokenStream::new();
+    };
     let name = quote::format_ident!("__megaops_launch_bounds__{}", plan.entry_name(i));
     let threads = match &plan.k.block {
         Some(syn::Expr::Tuple(t)) => {
@@ -90,11 +88,7 @@ fn launch_bounds(plan: &Plan, i: usize, consts: TokenStream) -> TokenStream {
 
 /// The body of one config's entry.
 pub fn body(plan: &Plan, consts: TokenStream) -> TokenStream {
-    let (ctx, tile, t) = (
-        local("__megaops_ctx"),
-        local("__megaops_tile"),
-        local("__megaops_t"),
-    );
+    let (ctx, tile, t) = (local("__megaops_ctx"), local("__megaops_tile"), local("__megaops_t"));
     let (begin, remap) = (paths::kernel_begin_cta(), paths::remap_tile());
     let (block_idx_x, grid_dim_x) = (paths::block_idx_x(), paths::grid_dim_x());
     let per_tile = tile_body(plan);

@@ -49,8 +49,7 @@ pub fn module(plan: &Plan) -> TokenStream {
          persistent CTA count, occupancy limit and wait timeout. Shapes, devices and data tilings are checked \
          before anything runs."
     );
-    let configs_doc =
-        format!("The tile configs of `{kernel}`: `opts.config = Some(i)` launches `CONFIGS[i]`.");
+    let configs_doc = format!("The tile configs of `{kernel}`: `opts.config = Some(i)` launches `CONFIGS[i]`.");
     let i = local("__megaops_i");
     let error = paths::error();
     quote! {
@@ -291,8 +290,10 @@ fn summary(plan: &Plan) -> String {
         d.push_str(&format!("- axis {i}, `{}`: `{extent}` tiles\n", a.name));
     }
     if !plan.syncs.is_empty() {
-        d.push_str("\nSynchronised parameters (inputs wait for the data tiles their kernel tile reads; outputs signal \
-                    the data tiles their kernel tile wrote):\n\n");
+        d.push_str(
+            "\nSynchronised parameters (inputs wait for the data tiles their kernel tile reads; outputs signal \
+                    the data tiles their kernel tile wrote):\n\n",
+        );
     }
     for s in &plan.syncs {
         d.push_str(&sync_line(s));
@@ -343,9 +344,7 @@ fn sync_line(s: &SyncPlan) -> String {
         })
         .collect();
     let split = match s.split {
-        Some((_, axis)) => format!(
-            "; split-K along `{axis}`: the kernel tiles along it add into the same output tile"
-        ),
+        Some((_, axis)) => format!("; split-K along `{axis}`: the kernel tiles along it add into the same output tile"),
         None => String::new(),
     };
     format!(

@@ -94,9 +94,7 @@ impl<'a> Plan<'a> {
                         extent,
                         tile: match coord {
                             TileCoord::Whole => None,
-                            TileCoord::Axis { axis, size } => {
-                                Kernel::axis_index(&axes, axis).map(|i| (i, axis, size))
-                            }
+                            TileCoord::Axis { axis, size } => Kernel::axis_index(&axes, axis).map(|i| (i, axis, size)),
                         },
                     })
                     .collect();

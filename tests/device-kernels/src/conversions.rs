@@ -22,12 +22,7 @@ pub unsafe fn convert(inp: *const f32, out: *mut u32, n: u32) {
         return;
     }
     // SAFETY: i < n and (i + 1) % n < n.
-    let (x, y) = unsafe {
-        (
-            inp.add(i as usize).read(),
-            inp.add(((i + 1) % n) as usize).read(),
-        )
-    };
+    let (x, y) = unsafe { (inp.add(i as usize).read(), inp.add(((i + 1) % n) as usize).read()) };
     let words = convert_one(x, y);
     for (k, w) in words.into_iter().enumerate() {
         // SAFETY: in bounds by the launch contract.
@@ -90,8 +85,6 @@ pub mod reference {
     /// What [`convert`] writes for `inp` (the host conversions round like the GPU's).
     pub fn convert(inp: &[f32]) -> Vec<u32> {
         let n = inp.len();
-        (0..n)
-            .flat_map(|i| convert_one(inp[i], inp[(i + 1) % n]))
-            .collect()
+        (0..n).flat_map(|i| convert_one(inp[i], inp[(i + 1) % n])).collect()
     }
 }

@@ -79,8 +79,7 @@ pub mod reference {
 
     /// What [`cp_async_copy`] writes for input `src` (`ctas ×` [`CP_SRC_BYTES`] bytes).
     pub fn cp_async_copy(src: &[u8]) -> Vec<u32> {
-        let word =
-            |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let word = |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
         let mut out = Vec::new();
         for cta in src.chunks(CP_SRC_BYTES) {
             let n = CP_BLOCK as usize;

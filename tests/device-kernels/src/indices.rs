@@ -174,11 +174,7 @@ pub mod reference {
         for b in 0..ctas {
             for t in 0..n {
                 let w = t / 32;
-                let partner = if w % 2 == 1 {
-                    t - 32 + 1000 * (b + 1)
-                } else {
-                    0
-                };
+                let partner = if w % 2 == 1 { t - 32 + 1000 * (b + 1) } else { 0 };
                 let count = (0..n).filter(|t| t % 3 == 0).count() as u32;
                 out.extend([3 * ((t + 1) % n) + 1, count, 1, 0, 1, 0, partner, 0xba44]);
             }

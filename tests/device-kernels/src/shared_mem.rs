@@ -103,17 +103,10 @@ pub unsafe fn shared_dynamic(out: *mut u32) {
     // inside the 2048 bytes of the launch; each offset is aligned for its type.
     unsafe {
         mine.cast::<u32>().write(t as u32 * 10 + 1);
-        mine.byte_add(4)
-            .cast::<u16>()
-            .as_ptr()
-            .write_volatile(t as u16 + 0x100);
+        mine.byte_add(4).cast::<u16>().as_ptr().write_volatile(t as u16 + 0x100);
         mine.byte_add(6).write(t as u8 ^ 0x5a);
-        mine.byte_add(8)
-            .cast::<u64>()
-            .write((t as u64) << 40 | t as u64);
-        mine.byte_add(16)
-            .cast::<[u32; 2]>()
-            .write([t as u32, 2 * t as u32]);
+        mine.byte_add(8).cast::<u64>().write((t as u64) << 40 | t as u64);
+        mine.byte_add(16).cast::<[u32; 2]>().write([t as u32, 2 * t as u32]);
     }
     sync_threads();
     let theirs = slot((t + 1) % n);
@@ -189,8 +182,6 @@ pub mod reference {
                 1,
             ]
         };
-        (0..ctas)
-            .flat_map(|_| (0..n).flat_map(per_thread))
-            .collect()
+        (0..ctas).flat_map(|_| (0..n).flat_map(per_thread)).collect()
     }
 }

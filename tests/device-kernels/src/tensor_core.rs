@@ -38,9 +38,7 @@ pub unsafe fn ldmatrix_probe(out: *mut u32) {
         unsafe { elems.add(e).write(probe_value(m, r, c)) };
     }
     sync_threads();
-    let row = tile
-        .cast::<u8>()
-        .byte_add(128 * (lane / 8) + 16 * (lane % 8));
+    let row = tile.cast::<u8>().byte_add(128 * (lane / 8) + 16 * (lane % 8));
     let mut words = [0u32; PROBE_WORDS];
     // SAFETY: every lane passes a 16-byte aligned row of the tile; the warp is converged.
     unsafe {
@@ -90,12 +88,7 @@ unsafe fn mma_tile(
     for (dst, src) in [(a_s, a), (b_s, b), (bt_s, bt)] {
         for chunk in [lane, lane + 32] {
             // SAFETY: 64 chunks of 16 bytes in each 1024-byte, 16-byte aligned matrix.
-            unsafe {
-                cp_async_cg_16(
-                    dst.cast::<u8>().byte_add(16 * chunk),
-                    src.cast::<u8>().add(16 * chunk),
-                )
-            };
+            unsafe { cp_async_cg_16(dst.cast::<u8>().byte_add(16 * chunk), src.cast::<u8>().add(16 * chunk)) };
         }
     }
     cp_async_commit_group();
@@ -116,21 +109,11 @@ unsafe fn mma_tile(
             let a_row = 8 * (qa % 2) + qr;
             let a_col = 16 * ks + 8 * (qa / 2);
             let a_addr = a_s.cast::<u8>().byte_add(2 * (a_row * MMA_K + a_col));
-            let b_addr = b_s
-                .cast::<u8>()
-                .byte_add(2 * ((16 * ks + 8 * m + r) * MMA_N + 8 * nt));
-            let bt_addr = bt_s
-                .cast::<u8>()
-                .byte_add(2 * ((8 * nt + r) * MMA_K + 16 * ks + 8 * m));
+            let b_addr = b_s.cast::<u8>().byte_add(2 * ((16 * ks + 8 * m + r) * MMA_N + 8 * nt));
+            let bt_addr = bt_s.cast::<u8>().byte_add(2 * ((8 * nt + r) * MMA_K + 16 * ks + 8 * m));
             // SAFETY: every address is a 16-byte aligned row inside its tile; the warp is
             // converged.
-            let (fa, fb_t, fb_p) = unsafe {
-                (
-                    ldmatrix_x4(a_addr),
-                    ldmatrix_x2_trans(b_addr),
-                    ldmatrix_x2(bt_addr),
-                )
-            };
+            let (fa, fb_t, fb_p) = unsafe { (ldmatrix_x4(a_addr), ldmatrix_x2_trans(b_addr), ldmatrix_x2(bt_addr)) };
             acc_t = mma(fa, fb_t, acc_t);
             acc_p = mma(fa, fb_p, acc_p);
         }
@@ -183,11 +166,7 @@ pub mod reference {
         let mut out = Vec::new();
         for lane in 0..32 {
             let word = |m: usize, trans: bool| {
-                layout::ldmatrix_lane(
-                    |r| core::array::from_fn(|c| probe_value(m, r, c)),
-                    lane,
-                    trans,
-                )
+                layout::ldmatrix_lane(|r| core::array::from_fn(|c| probe_value(m, r, c)), lane, trans)
             };
             out.push(word(0, false));
             out.extend((0..2).map(|m| word(m, false)));
@@ -215,9 +194,7 @@ pub mod reference {
 
     /// `Bᵀ` (N×K) of a K×N row-major `b`.
     pub fn transpose(b: &[f32]) -> Vec<f32> {
-        (0..MMA_N * MMA_K)
-            .map(|i| b[(i % MMA_K) * MMA_N + i / MMA_K])
-            .collect()
+        (0..MMA_N * MMA_K).map(|i| b[(i % MMA_K) * MMA_N + i / MMA_K]).collect()
     }
 
     /// `A·B + C` (16×16, row-major), twice (what `d` must hold).

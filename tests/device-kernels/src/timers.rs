@@ -67,10 +67,7 @@ pub mod reference {
                 return Err(format!("CTA {cta}: clock64 did not advance ({c0} -> {c1})"));
             }
             if t0 - first > 1_000_000_000 {
-                return Err(format!(
-                    "CTA {cta}: started {} ns after the first",
-                    t0 - first
-                ));
+                return Err(format!("CTA {cta}: started {} ns after the first", t0 - first));
             }
         }
         Ok(())

@@ -116,8 +116,7 @@ pub mod reference {
                     w[9 + 2 * i] = val(j);
                     w[10 + 2 * i] = in_range as u32;
                 }
-                let preds =
-                    |f: &dyn Fn(u32) -> bool| core::array::from_fn::<bool, 32, _>(|i| f(i as u32));
+                let preds = |f: &dyn Fn(u32) -> bool| core::array::from_fn::<bool, 32, _>(|i| f(i as u32));
                 w[17] = all(&preds(&|_| true), FULL_MASK) as u32;
                 w[18] = all(&preds(&|i| i != 7), FULL_MASK) as u32;
                 w[19] = any(&preds(&|i| i == 31), FULL_MASK) as u32;

@@ -26,21 +26,11 @@ fn x(n: u32) -> Dim3 {
 }
 
 /// Launches `body` on `grid × block` threads of a fresh virtual GPU and waits for it.
-fn run(
-    seed: u64,
-    name: &str,
-    grid: Dim3,
-    block: Dim3,
-    smem: usize,
-    body: impl Fn() + Send + Sync + 'static,
-) {
+fn run(seed: u64, name: &str, grid: Dim3, block: Dim3, smem: usize, body: impl Fn() + Send + Sync + 'static) {
     let gpu = vgpu(seed);
     let stream = gpu.create_stream();
-    gpu.launch(
-        stream,
-        CpuLaunch::new(name, grid, block, body).with_dynamic_smem(smem),
-    )
-    .expect("launch");
+    gpu.launch(stream, CpuLaunch::new(name, grid, block, body).with_dynamic_smem(smem))
+        .expect("launch");
     gpu.synchronize()
         .unwrap_or_else(|e| panic!("{name} (seed {seed}): {e}"));
 }
@@ -63,15 +53,7 @@ fn compare<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: &[T], pe
     let bad: Vec<String> = (0..got.len())
         .filter(|&i| got[i] != want[i])
         .take(12)
-        .map(|i| {
-            format!(
-                "  [{}][{}]: got {:?}, want {:?}",
-                i / per,
-                i % per,
-                got[i],
-                want[i]
-            )
-        })
+        .map(|i| format!("  [{}][{}]: got {:?}, want {:?}", i / per, i % per, got[i], want[i]))
         .collect();
     assert!(
         bad.is_empty(),
@@ -134,12 +116,7 @@ fn shared_memory() {
         run(seed, "shared_static_b", x(2), x(64), 0, move || unsafe {
             shared_mem::shared_static_b(p as *mut u32)
         });
-        compare(
-            "shared_static_b",
-            &out.0,
-            &shared_mem::reference::shared_static_b(2),
-            4,
-        );
+        compare("shared_static_b", &out.0, &shared_mem::reference::shared_static_b(2), 4);
 
         let mut out = Buf::new(vec![0u32; 2 * 64 * shared_mem::DYNAMIC_WORDS]);
         let p = out.addr();
@@ -212,9 +189,7 @@ fn message_passing_between_two_streams() {
 #[test]
 fn vector_loads_and_stores() {
     let n = 1024u32;
-    let src: Vec<u32> = (0..n)
-        .map(|i| (i as f32 * 0.37 - 100.0).to_bits())
-        .collect();
+    let src: Vec<u32> = (0..n).map(|i| (i as f32 * 0.37 - 100.0).to_bits()).collect();
     let want = vector::reference::vector_copy(&src);
     for seed in SEEDS {
         let mut s = Buf::new(src.clone());

@@ -3,9 +3,7 @@
 //! no CUDA driver or GPU. Run with `--test-threads=1` to keep the timing-sensitive message
 //! passing test alone on the GPU.
 
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use megaops_device_kernels::ptx::MODULES;
 use megaops_device_kernels::*;
@@ -59,40 +57,25 @@ fn gpu(test: &str) -> Option<Gpu> {
                 .unwrap_or(0)
         })
         .expect("a PTX module for this GPU");
-    eprintln!(
-        "{test}: {} (sm_{cc}), module {arch}",
-        ctx.name().unwrap_or_default()
-    );
-    let module = ctx
-        .load_module(Ptx::from_src(*ptx))
-        .expect("loading the PTX");
+    eprintln!("{test}: {} (sm_{cc}), module {arch}", ctx.name().unwrap_or_default());
+    let module = ctx.load_module(Ptx::from_src(*ptx)).expect("loading the PTX");
     // Not `default_stream()`: the legacy NULL stream waits for all other streams, which
     // would serialise the two kernels of the message-passing test.
     let stream = ctx.new_stream().expect("a stream");
-    Some(Gpu {
-        stream,
-        ctx,
-        module,
-    })
+    Some(Gpu { stream, ctx, module })
 }
 
 impl Gpu {
     fn f(&self, name: &str) -> CudaFunction {
         self.module.load_function(name).expect("kernel in module")
     }
-    fn zeros<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
-        &self,
-        n: usize,
-    ) -> CudaSlice<T> {
+    fn zeros<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(&self, n: usize) -> CudaSlice<T> {
         self.stream.alloc_zeros(n).expect("alloc")
     }
     fn upload<T: cudarc::driver::DeviceRepr>(&self, v: &[T]) -> CudaSlice<T> {
         self.stream.clone_htod(v).expect("upload")
     }
-    fn download<T: cudarc::driver::DeviceRepr + Default + Clone>(
-        &self,
-        d: &CudaSlice<T>,
-    ) -> Vec<T> {
+    fn download<T: cudarc::driver::DeviceRepr + Default + Clone>(&self, d: &CudaSlice<T>) -> Vec<T> {
         self.stream.synchronize().expect("kernel failed");
         self.stream.clone_dtoh(d).expect("download")
     }
@@ -112,15 +95,7 @@ fn compare<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: &[T], pe
     let bad: Vec<String> = (0..got.len())
         .filter(|&i| got[i] != want[i])
         .take(12)
-        .map(|i| {
-            format!(
-                "  [{}][{}]: got {:?}, want {:?}",
-                i / per,
-                i % per,
-                got[i],
-                want[i]
-            )
-        })
+        .map(|i| format!("  [{}][{}]: got {:?}, want {:?}", i / per, i % per, got[i], want[i]))
         .collect();
     let n_bad = (0..got.len()).filter(|&i| got[i] != want[i]).count();
     assert!(
@@ -162,12 +137,7 @@ fn indices_and_barriers() {
         megaops_device::Dim3::new(grid.0, grid.1, grid.2),
         megaops_device::Dim3::new(block.0, block.1, block.2),
     );
-    compare(
-        "thread_indices",
-        &g.download(&out),
-        &want,
-        indices::INDEX_WORDS,
-    );
+    compare("thread_indices", &g.download(&out), &want, indices::INDEX_WORDS);
 
     let out = g.zeros::<u32>(3 * 128 * indices::BARRIER_WORDS);
     // SAFETY: as documented: block 128, 8 words per thread.
@@ -226,13 +196,7 @@ fn shared_memory() {
     let out = g.zeros::<u32>(2 * 64 * shared_mem::DYNAMIC_WORDS);
     let c = cfg((2, 1, 1), (64, 1, 1), shared_mem::DYNAMIC_BYTES);
     // SAFETY: as documented.
-    unsafe {
-        g.stream
-            .launch_builder(&g.f("shared_dynamic"))
-            .arg(&out)
-            .launch(c)
-    }
-    .unwrap();
+    unsafe { g.stream.launch_builder(&g.f("shared_dynamic")).arg(&out).launch(c) }.unwrap();
     compare(
         "shared_dynamic",
         &g.download(&out),
@@ -250,11 +214,10 @@ fn atomics_under_contention() {
     let c = g.upload(&bytes_of(&atomics::Counters::INIT));
     // SAFETY: one `Counters`, initialised as documented.
     unsafe {
-        g.stream.launch_builder(&g.f("atomics")).arg(&c).launch(cfg(
-            (ctas, 1, 1),
-            (threads, 1, 1),
-            0,
-        ))
+        g.stream
+            .launch_builder(&g.f("atomics"))
+            .arg(&c)
+            .launch(cfg((ctas, 1, 1), (threads, 1, 1), 0))
     }
     .unwrap();
     let got: atomics::Counters = from_bytes(&g.download(&c));
@@ -317,9 +280,7 @@ fn vector_loads_and_stores() {
         return;
     };
     let n = 4096u32;
-    let src: Vec<u32> = (0..n)
-        .map(|i| (i as f32 * 0.37 - 100.0).to_bits())
-        .collect();
+    let src: Vec<u32> = (0..n).map(|i| (i as f32 * 0.37 - 100.0).to_bits()).collect();
     let s = g.upload(&src);
     let d = g.zeros::<u32>(n as usize * vector::VECTOR_REGIONS);
     // SAFETY: sizes and alignment as documented (allocations are 256-byte aligned).

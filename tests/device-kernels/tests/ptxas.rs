@@ -28,8 +28,7 @@ fn find_ptxas() -> Result<PathBuf, String> {
         }
         tried.push(format!("$PTXAS={}", p.display()));
     }
-    let py =
-        "import nvidia.cu13 as m, os; print(os.path.join(list(m.__path__)[0], 'bin', 'ptxas'))";
+    let py = "import nvidia.cu13 as m, os; print(os.path.join(list(m.__path__)[0], 'bin', 'ptxas'))";
     if let Ok(out) = Command::new("python3").args(["-c", py]).output() {
         let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
         if out.status.success() && works(&p) {
@@ -37,10 +36,7 @@ fn find_ptxas() -> Result<PathBuf, String> {
         }
     }
     tried.push("python3 -c 'import nvidia.cu13' (pip install nvidia-cuda-nvcc==13.0.88)".into());
-    for p in [
-        PathBuf::from("ptxas"),
-        PathBuf::from("/usr/local/cuda/bin/ptxas"),
-    ] {
+    for p in [PathBuf::from("ptxas"), PathBuf::from("/usr/local/cuda/bin/ptxas")] {
         if works(&p) {
             return Ok(p);
         }
@@ -174,11 +170,7 @@ fn ptx_has_the_instructions_we_meant() {
         ),
         (
             "shared_static_a",
-            &[
-                "mov.u32 %r1, __megaops_smem_TILE_",
-                "st.shared.b32",
-                "ld.shared.b32",
-            ],
+            &["mov.u32 %r1, __megaops_smem_TILE_", "st.shared.b32", "ld.shared.b32"],
         ),
         ("shared_static_b", &["ld.shared.v4.b32"]),
         (
@@ -278,10 +270,7 @@ fn ptx_has_the_instructions_we_meant() {
                 "cp.async.cg.shared.global",
             ],
         ),
-        (
-            "mma_f16",
-            &["mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"],
-        ),
+        ("mma_f16", &["mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"]),
         (
             "warp_collectives",
             &[
@@ -340,9 +329,7 @@ fn ptx_has_the_instructions_we_meant() {
                 }
             }
             if body.contains(".local") {
-                missing.push(format!(
-                    "{arch}: `{entry}` uses local memory (a stack frame)"
-                ));
+                missing.push(format!("{arch}: `{entry}` uses local memory (a stack frame)"));
             }
         }
         // sm_90-only forms, and their replacements on earlier targets.
@@ -355,9 +342,7 @@ fn ptx_has_the_instructions_we_meant() {
             .unwrap_or(0)
             >= 90;
         if fences.contains("fence.proxy.async.shared::cta") != sm90 {
-            missing.push(format!(
-                "{arch}: fence.proxy.async.shared::cta expected iff sm_90+"
-            ));
+            missing.push(format!("{arch}: fence.proxy.async.shared::cta expected iff sm_90+"));
         }
         if convert.contains("cvt.f32.bf16") != sm90 {
             missing.push(format!("{arch}: cvt.f32.bf16 expected iff sm_90+"));
