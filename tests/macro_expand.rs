@@ -16,7 +16,7 @@ pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule {
 };
 
 /// Tile (a, b, c) writes `100a + 10b + c` at its row-major index and the CTA that ran it.
-#[megaops::kernel(block = 32, tiles(a = na, b = nb, c = NC))]
+#[megaops::kernel(block = 32, tiles(a = na, b = nb, c = NC), tensor(out[na * nb * NC]), tensor(cta[na * nb * NC]))]
 #[config(NC = 3)]
 #[config(NC = 1)]
 pub unsafe fn coords(out: *mut u32, cta: *mut u32, na: u32, nb: u32) {
@@ -48,7 +48,13 @@ pub unsafe fn ramp(y: *mut f32, n: u32, value: f32) {
 }
 
 /// `z[i] = x[i] + y[i] + w[0]`: two synchronised inputs, a prefetched plain weight.
-#[megaops::kernel(block = 32, input(x[n] = [i: 32]), input(y[n] = [i: 32]), output(z[n] = [i: 32]))]
+#[megaops::kernel(
+    block = 32,
+    input(x[n] = [i: 32]),
+    input(y[n] = [i: 32]),
+    output(z[n] = [i: 32]),
+    tensor(w[1]),
+)]
 pub unsafe fn add3(x: *const f32, w: *const f32, y: *const f32, z: *mut f32, n: u32) {
     #[prefetch]
     let w0 = unsafe { *w };
@@ -90,7 +96,7 @@ pub unsafe fn row_sums_splitk(x: *const f32, o: *mut f32, m: u32, k: u32) {
 }
 
 /// `dst[i] = src[i]` per 4-element tile; reads through a wait on `src`.
-#[megaops::kernel(block = 4, input(src[n] = [i: 4]))]
+#[megaops::kernel(block = 4, input(src[n] = [i: 4]), tensor(dst[n]))]
 pub unsafe fn copy_out(src: *const f32, dst: *mut f32, n: u32) {
     let e = i * 4 + thread_idx_x();
     if e < n {
@@ -100,7 +106,7 @@ pub unsafe fn copy_out(src: *const f32, dst: *mut f32, n: u32) {
 }
 
 /// Persistent: each CTA loops over tiles; every tile counts itself once.
-#[megaops::kernel(block = 8, persistent, tiles(t = n))]
+#[megaops::kernel(block = 8, persistent, tiles(t = n), tensor(hits[n]))]
 pub unsafe fn count_tiles(hits: *mut u32, n: u32) {
     if thread_idx_x() == 0 && t < n {
         // SAFETY: t < n.

@@ -179,12 +179,12 @@ pub fn apply_launch_bounds(ptx: &str) -> String {
             let name = rest.split('(').next().unwrap_or_default().trim();
             pending = bounds.iter().find(|(n, _, _)| n == name).map(|&(_, t, m)| (t, m));
         }
-        if trimmed == "{" {
-            if let Some((threads, min)) = pending.take() {
-                out.push_str(&format!(".maxntid {threads}, 1, 1\n"));
-                if min > 0 {
-                    out.push_str(&format!(".minnctapersm {min}\n"));
-                }
+        if trimmed == "{"
+            && let Some((threads, min)) = pending.take()
+        {
+            out.push_str(&format!(".maxntid {threads}, 1, 1\n"));
+            if min > 0 {
+                out.push_str(&format!(".minnctapersm {min}\n"));
             }
         }
         out.push_str(line);

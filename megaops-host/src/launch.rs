@@ -603,15 +603,14 @@ fn check_targets(kernel: &str, param: &str, sync: &TileSync, ktile: &[u32; MAX_R
         return Ok(());
     }
     let mut worst = split.max(1) as u64;
-    for d in 0..sync.rank as usize {
-        let dim = &sync.dims[d];
-        let per = if ktile[d] == 0 {
+    for (dim, &kt) in sync.dims.iter().zip(ktile).take(sync.rank as usize) {
+        let per = if kt == 0 {
             1
         } else if dim.tile == 0 {
             // Irregular: bound by the whole dimension.
-            dim.size.div_ceil(ktile[d]) as u64
+            dim.size.div_ceil(kt) as u64
         } else {
-            (dim.tile.div_ceil(ktile[d]) + 1) as u64
+            (dim.tile.div_ceil(kt) + 1) as u64
         };
         worst = worst.saturating_mul(per);
     }

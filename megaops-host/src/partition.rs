@@ -114,13 +114,13 @@ impl SmPartition {
 impl Drop for SmPartition {
     fn drop(&mut self) {
         let _ = self.stream.synchronize();
-        if !self.green.is_null() {
-            if let Some(raw) = self.stream.cu_stream() {
-                // SAFETY: the stream was created on this green context and is idle.
-                unsafe {
-                    let _ = sys::cuStreamDestroy_v2(raw);
-                    let _ = sys::cuGreenCtxDestroy(self.green);
-                }
+        if !self.green.is_null()
+            && let Some(raw) = self.stream.cu_stream()
+        {
+            // SAFETY: the stream was created on this green context and is idle.
+            unsafe {
+                let _ = sys::cuStreamDestroy_v2(raw);
+                let _ = sys::cuGreenCtxDestroy(self.green);
             }
         }
     }

@@ -195,7 +195,7 @@ impl<T: DType> Tensor<T> {
     /// f32/bf16 data with NaNs) by a kernel on `stream`, without a host copy. The byte
     /// size must be a multiple of 4.
     pub fn fill_bits_on(&self, stream: &crate::Stream, word: u32) -> Result<()> {
-        if self.size_bytes() % 4 != 0 {
+        if !self.size_bytes().is_multiple_of(4) {
             return Err(Error::Shape(format!(
                 "fill_bits_on needs a multiple of 4 bytes; {:?} has {}",
                 self.shape,

@@ -30,8 +30,8 @@ pub unsafe fn data_tile_range(d: &DimTiling, j: u32) -> (u32, u32) {
 /// As for [`data_tile_range`].
 #[inline(always)]
 pub unsafe fn data_tile_of(d: &DimTiling, x: u32) -> u32 {
-    if d.tile != 0 {
-        x / d.tile
+    if let Some(tile) = x.checked_div(d.tile) {
+        tile
     } else {
         // Last boundary index i with bounds[i] <= x, i in 0..count.
         let (mut lo, mut hi) = (0u32, d.count);
