@@ -7,25 +7,31 @@
 
 use megaops::testing::{cpu_device, gpu_or_skip};
 use megaops::{
-    AsyncOptions, AsyncStream, DataTiling, Device, DynGrid, DynRows, Error, Irregular, LaunchOptions, LaunchTarget,
-    Result, Stream, Tensor, Tiled, R2,
+    AsyncOptions, AsyncStream, DataTiling, Device, DynGrid, DynRows, Error, Irregular, LaunchOptions, LaunchTarget, R2,
+    Result, Stream, Tensor, Tiled,
 };
 use megaops_examples::protocol::{busy, pattern, produce, row_sums};
 use std::time::Duration;
 
 fn expected_sums(m: u32, n: u32, seed: u32) -> Vec<f64> {
-    (0..m).map(|i| (0..n).map(|j| pattern(i, j, seed) as f64).sum()).collect()
+    (0..m)
+        .map(|i| (0..n).map(|j| pattern(i, j, seed) as f64).sum())
+        .collect()
 }
 
 fn check_sums(what: &str, got: &[f32], m: u32, n: u32, seed: u32) {
     let want = expected_sums(m, n, seed);
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        assert!((*g as f64 - w).abs() <= 1e-3 * (1.0 + w.abs()), "{what}: row {i}: got {g}, want {w}");
+        assert!(
+            (*g as f64 - w).abs() <= 1e-3 * (1.0 + w.abs()),
+            "{what}: row {i}: got {g}, want {w}"
+        );
     }
 }
 
 /// Produce into a `Tiled` with `tiling`, consume on `on`; returns the row sums.
+#[allow(clippy::too_many_arguments)] // one knob per argument keeps the call sites readable
 fn chain<D: DataTiling<Rank = R2>, L: LaunchTarget>(
     dev: &Device,
     on: &L,
@@ -91,7 +97,15 @@ fn slow_producer_and_many_epochs_of_one_tensor() -> Result<()> {
         if epoch > 0 {
             y.rearm();
         }
-        produce::launch_with(&s, &LaunchOptions::config((epoch % 3) as usize), &mut y, m, n, epoch, 20_000)?;
+        produce::launch_with(
+            &s,
+            &LaunchOptions::config((epoch % 3) as usize),
+            &mut y,
+            m,
+            n,
+            epoch,
+            20_000,
+        )?;
         row_sums::launch_with(&s, &LaunchOptions::config((epoch % 2) as usize), &y, &mut sums, m, n)?;
         check_sums(&format!("epoch {epoch}"), &sums.to_vec()?, m, n, epoch);
         assert_eq!(y.epoch(), epoch);
@@ -172,7 +186,14 @@ fn captured_graphs_replay_with_rearmed_semaphores() -> Result<()> {
 /// and waits for P's data. Without the begin-CTA rule C's CTAs take every SM and P never
 /// starts; with it, C is held until P has started.
 fn consumer_first(dev: &Device, begin_wait: bool, rows: u32, busy_ns: u64) -> Result<Vec<f32>> {
-    let s = AsyncStream::with_options(dev, AsyncOptions { streams: 2, begin_wait, ..AsyncOptions::default() })?;
+    let s = AsyncStream::with_options(
+        dev,
+        AsyncOptions {
+            streams: 2,
+            begin_wait,
+            ..AsyncOptions::default()
+        },
+    )?;
     let n = 4u32;
     let mut y = Tiled::<f32, DynRows>::new(dev, &[rows as usize, n as usize], DynRows(64), "y")?;
     let mut sums = Tensor::<f32>::full(dev, &[rows as usize], f32::NAN)?;
@@ -222,11 +243,19 @@ fn bad_launches_fail_before_anything_runs() -> Result<()> {
     // Shape mismatch between the tensor and the kernel's other arguments.
     let mut y = Tiled::<f32, DynRows>::new(&dev, &[10, 8], DynRows(4), "y")?;
     let e = produce::launch(&s, &mut y, 11, 8, 0, 0).expect_err("shape").to_string();
-    assert!(e.contains("`produce` expects `y` of shape [11, 8]") && e.contains("got [10, 8]"), "{e}");
+    assert!(
+        e.contains("`produce` expects `y` of shape [11, 8]") && e.contains("got [10, 8]"),
+        "{e}"
+    );
     // Reading before any producer.
     let mut sums = Tensor::<f32>::zeros(&dev, &[10])?;
-    let e = row_sums::launch(&s, &y, &mut sums, 10, 8).expect_err("unproduced").to_string();
-    assert!(e.contains("reads `y` (parameter `x`) before any kernel produced it"), "{e}");
+    let e = row_sums::launch(&s, &y, &mut sums, 10, 8)
+        .expect_err("unproduced")
+        .to_string();
+    assert!(
+        e.contains("reads `y` (parameter `x`) before any kernel produced it"),
+        "{e}"
+    );
     // Writing twice without re-arming.
     produce::launch(&s, &mut y, 10, 8, 0, 0)?;
     let e = produce::launch(&s, &mut y, 10, 8, 0, 0).expect_err("rearm").to_string();
@@ -234,15 +263,24 @@ fn bad_launches_fail_before_anything_runs() -> Result<()> {
     // A semaphore tensor of the wrong length.
     let data = Tensor::<f32>::zeros(&dev, &[10, 8])?;
     let sema = Tensor::<i32>::zeros(&dev, &[2])?;
-    let e = Tiled::with_semaphores(data, sema, DynRows(4), "w").expect_err("length").to_string();
-    assert!(e.contains("into 3 data tiles, but its semaphore tensor has 2 entries"), "{e}");
+    let e = Tiled::with_semaphores(data, sema, DynRows(4), "w")
+        .expect_err("length")
+        .to_string();
+    assert!(
+        e.contains("into 3 data tiles, but its semaphore tensor has 2 entries"),
+        "{e}"
+    );
     // A tile config that does not exist, and a remap table of the wrong length.
     let mut y2 = Tiled::<f32, DynRows>::new(&dev, &[10, 8], DynRows(4), "y2")?;
-    let e = produce::launch_with(&s, &LaunchOptions::config(9), &mut y2, 10, 8, 0, 0).expect_err("config").to_string();
+    let e = produce::launch_with(&s, &LaunchOptions::config(9), &mut y2, 10, 8, 0, 0)
+        .expect_err("config")
+        .to_string();
     assert!(e.contains("tile config 9 does not exist"), "{e}");
     let table = Tensor::<u32>::zeros(&dev, &[3])?;
     let opts = LaunchOptions::config(0).remap(megaops::Remap::Table(table));
-    let e = produce::launch_with(&s, &opts, &mut y2, 10, 8, 0, 0).expect_err("remap").to_string();
+    let e = produce::launch_with(&s, &opts, &mut y2, 10, 8, 0, 0)
+        .expect_err("remap")
+        .to_string();
     assert!(e.contains("remap table has 3 entries for 1 kernel tiles"), "{e}");
     s.synchronize()
 }
@@ -252,7 +290,10 @@ fn cta_remaps_keep_results() -> Result<()> {
     let dev = cpu_device(6)?;
     let s = AsyncStream::new(&dev, 2)?;
     let (m, n) = (64u32, 8u32);
-    for remap in [megaops::Remap::Rotate(3), megaops::Remap::Table(Tensor::from_slice(&dev, &[8], &[7u32, 6, 5, 4, 3, 2, 1, 0])?)] {
+    for remap in [
+        megaops::Remap::Rotate(3),
+        megaops::Remap::Table(Tensor::from_slice(&dev, &[8], &[7u32, 6, 5, 4, 3, 2, 1, 0])?),
+    ] {
         let mut y = Tiled::<f32, DynRows>::new(&dev, &[m as usize, n as usize], DynRows(8), "y")?;
         let mut sums = Tensor::<f32>::full(&dev, &[m as usize], f32::NAN)?;
         produce::launch_with(&s, &LaunchOptions::config(2), &mut y, m, n, 1, 0)?;
@@ -266,7 +307,9 @@ fn cta_remaps_keep_results() -> Result<()> {
 
 #[test]
 fn gpu_protocol() -> Result<()> {
-    let Some(dev) = gpu_or_skip("gpu_protocol") else { return Ok(()) };
+    let Some(dev) = gpu_or_skip("gpu_protocol") else {
+        return Ok(());
+    };
     dev.preload(&megaops_examples::__MEGAOPS_PTX)?;
     let s = AsyncStream::new(&dev, 2)?;
     for (m, n) in [(1000u32, 300u32), (4097, 129)] {
@@ -287,14 +330,19 @@ fn gpu_protocol() -> Result<()> {
 
 #[test]
 fn gpu_consumer_first_deadlock_times_out_without_the_rule_and_runs_with_it() -> Result<()> {
-    let Some(dev) = gpu_or_skip("gpu_consumer_first") else { return Ok(()) };
+    let Some(dev) = gpu_or_skip("gpu_consumer_first") else {
+        return Ok(());
+    };
     dev.preload(&megaops_examples::__MEGAOPS_PTX)?;
     dev.set_wait_timeout(Duration::from_secs(1));
     let rows = dev.sm_count() * 32 * 4; // more consumer CTAs than the GPU holds
     let err = consumer_first(&dev, false, rows, 50_000_000).expect_err("must time out");
     let msg = err.to_string();
     eprintln!("without the begin rule: {msg}");
-    assert!(msg.contains("row_sums CTA") && msg.contains("waited 1.0 s on y["), "{msg}");
+    assert!(
+        msg.contains("row_sums CTA") && msg.contains("waited 1.0 s on y["),
+        "{msg}"
+    );
     let sums = consumer_first(&dev, true, rows, 50_000_000)?;
     check_sums("gpu with the begin rule", &sums, rows, 4, 77);
     Ok(())
@@ -302,7 +350,9 @@ fn gpu_consumer_first_deadlock_times_out_without_the_rule_and_runs_with_it() -> 
 
 #[test]
 fn gpu_missing_producer_times_out_with_a_readable_message() -> Result<()> {
-    let Some(dev) = gpu_or_skip("gpu_missing_producer") else { return Ok(()) };
+    let Some(dev) = gpu_or_skip("gpu_missing_producer") else {
+        return Ok(());
+    };
     dev.set_wait_timeout(Duration::from_millis(500));
     let s = AsyncStream::new(&dev, 2)?;
     let mut y = Tiled::<f32, DynRows>::new(&dev, &[12, 8], DynRows(4), "y")?;
@@ -311,9 +361,101 @@ fn gpu_missing_producer_times_out_with_a_readable_message() -> Result<()> {
     row_sums::launch_with(&s, &LaunchOptions::config(0), &y, &mut sums, 12, 8)?;
     let msg = s.synchronize().expect_err("nobody produces y").to_string();
     eprintln!("{msg}");
-    assert!(msg.contains("row_sums CTA (0) waited 0.5 s on y[0] = 0 of 1 signals"), "{msg}");
+    assert!(
+        msg.contains("row_sums CTA (0) waited 0.5 s on y[0] = 0 of 1 signals"),
+        "{msg}"
+    );
     // The device recovers: the next program runs.
     let got = chain(&dev, &s, 100, 10, DynRows(10), 0, 0, 1, 0)?;
     check_sums("after the timeout", &got, 100, 10, 1);
+    Ok(())
+}
+
+/// Delayed release under overlap: every iteration allocates fresh tensors, launches a slow
+/// producer and a consumer, and drops the intermediate (and most outputs) at once, while
+/// the kernels may still run. Freed memory must not be handed to a later iteration while
+/// a kernel that uses it can still run: every kept output must match its own seed.
+fn alloc_free_under_overlap(dev: &Device, iterations: u32, m: u32, n: u32, delay_ns: u64) -> Result<()> {
+    let s = AsyncStream::new(dev, 3)?;
+    let mut kept = Vec::new();
+    for it in 0..iterations {
+        let mut y = Tiled::<f32, DynRows>::new(dev, &[m as usize, n as usize], DynRows(8), "y")?;
+        let mut sums = Tensor::<f32>::full(dev, &[m as usize], f32::NAN)?;
+        produce::launch_with(
+            &s,
+            &LaunchOptions::config((it % 3) as usize),
+            &mut y,
+            m,
+            n,
+            1000 + it,
+            delay_ns,
+        )?;
+        row_sums::launch_with(&s, &LaunchOptions::config((it % 2) as usize), &y, &mut sums, m, n)?;
+        drop(y);
+        // A plain scratch tensor written and dropped in between, to take freed memory.
+        let scratch = Tensor::<f32>::full(dev, &[m as usize, n as usize], -7.0)?;
+        drop(scratch);
+        if it % 4 == 0 {
+            kept.push((it, sums));
+        }
+    }
+    for (it, sums) in kept {
+        check_sums(&format!("iteration {it}"), &sums.to_vec()?, m, n, 1000 + it);
+    }
+    Ok(())
+}
+
+#[test]
+fn tensors_dropped_under_overlap_are_not_reused_early() -> Result<()> {
+    for seed in 0..2 {
+        alloc_free_under_overlap(&cpu_device(seed)?, 12, 40, 24, 20_000)?;
+    }
+    Ok(())
+}
+
+/// Interop with ordinary streams: a plain stream writes a tensor, the AsyncStream waits
+/// for it (`wait_on`), consumes it and produces a tiled tensor; the plain stream then
+/// waits for the AsyncStream (`block`) before reading the result with an unadapted launch.
+fn interop(dev: &Device, m: u32, n: u32, delay_ns: u64) -> Result<()> {
+    let plain = Stream::new(dev)?;
+    let s = AsyncStream::new(dev, 2)?;
+    let mut x = Tensor::<f32>::full(dev, &[m as usize, n as usize], f32::NAN)?;
+    produce::launch_with(&plain, &LaunchOptions::config(0), &mut x, m, n, 41, delay_ns)?;
+    s.wait_on(&plain)?;
+    let mut sums_x = Tensor::<f32>::full(dev, &[m as usize], f32::NAN)?;
+    row_sums::launch(&s, &x, &mut sums_x, m, n)?;
+    let mut y = Tiled::<f32, DynRows>::new(dev, &[m as usize, n as usize], DynRows(16), "y")?;
+    produce::launch_with(&s, &LaunchOptions::config(1), &mut y, m, n, 42, delay_ns)?;
+    s.block(&plain)?;
+    let mut sums_y = Tensor::<f32>::full(dev, &[m as usize], f32::NAN)?;
+    row_sums::launch(&plain, &y, &mut sums_y, m, n)?;
+    plain.synchronize()?;
+    check_sums("async consumer of a plain-stream producer", &sums_x.to_vec()?, m, n, 41);
+    check_sums(
+        "plain-stream consumer of an async producer",
+        &sums_y.to_vec()?,
+        m,
+        n,
+        42,
+    );
+    Ok(())
+}
+
+#[test]
+fn async_and_plain_streams_interoperate() -> Result<()> {
+    for seed in 0..3 {
+        interop(&cpu_device(seed)?, 37, 21, 30_000)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn gpu_tensors_dropped_under_overlap_and_interop() -> Result<()> {
+    let Some(dev) = gpu_or_skip("gpu_tensors_dropped_under_overlap_and_interop") else {
+        return Ok(());
+    };
+    dev.preload(&megaops_examples::__MEGAOPS_PTX)?;
+    alloc_free_under_overlap(&dev, 200, 2000, 256, 20_000)?;
+    interop(&dev, 3000, 200, 200_000)?;
     Ok(())
 }
