@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Builds the GPU test and benchmark executables (release, stripped) into a folder that can
 # be copied to a GPU machine without a Rust toolchain, plus scripts/gpu-run.sh to run them.
+# The folder is packed as DIR/bundle.tar.xz (each test binary embeds the kernels' PTX text,
+# which compresses about tenfold); on the GPU machine:
+#   cd DIR && tar xJf bundle.tar.xz && cd gpu && OUT=$OUT ./gpu-run.sh all
 # Usage: scripts/gpu-bundle.sh [DIR]   (default .carry/gpu)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir=${1:-.carry/gpu}
-rm -rf "$dir" && mkdir -p "$dir/tests"
+pack=${1:-.carry/gpu}
+dir=target/gpu-bundle/gpu
+rm -rf "$dir" "$pack" && mkdir -p "$dir/tests" "$pack"
 packages=(-p megaops-device-kernels -p megaops-examples -p megaops-kernels)
 cargo test --release --no-run "${packages[@]}" --message-format=json 2>/dev/null \
   | python3 -c '
@@ -13,7 +17,10 @@ import json, sys
 for line in sys.stdin:
     try: m = json.loads(line)
     except ValueError: continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m.get("profile", {}).get("test"):
+    # Unit-test harnesses of binaries are skipped (no GPU tests there, and a bin named
+    # like an integration test would overwrite it).
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m.get("profile", {}).get("test") \
+            and m["target"]["kind"] != ["bin"]:
         print(m["target"]["name"] + "\t" + m["executable"])
 ' | while IFS=$'\t' read -r name exe; do
     cp "$exe" "$dir/tests/${name}"
@@ -24,4 +31,6 @@ for b in target/release/fig1 target/release/mlp; do [ -f "$b" ] && cp "$b" "$dir
 cp scripts/gpu-run.sh "$dir/"
 [ -f bench/sdpa_baseline.py ] && cp bench/sdpa_baseline.py "$dir/"
 strip "$dir"/tests/* "$dir"/megaops-bench "$dir"/fig1 "$dir"/mlp 2>/dev/null || true
-du -sh "$dir"; ls -la "$dir" "$dir/tests"
+ls -la "$dir" "$dir/tests"; du -sh "$dir"
+tar -C "$(dirname "$dir")" -cf - gpu | xz -T2 -6 > "$pack/bundle.tar.xz"
+du -sh "$pack/bundle.tar.xz"

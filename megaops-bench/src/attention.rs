@@ -68,7 +68,7 @@ struct Suite<'a> {
 
 impl Suite<'_> {
     fn over_budget(&self) -> bool {
-        self.start.elapsed().as_secs_f64() > BUDGET_S
+        self.start.elapsed().as_secs_f64() > crate::harness::budget_s(BUDGET_S)
     }
 
     /// Graph-timed launches: `reps` per replay.

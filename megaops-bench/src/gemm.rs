@@ -383,7 +383,7 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
         replays: if quick { 3 } else { 7 },
         consecutive_errors: 0,
     };
-    let budget = if quick { BUDGET_S / 3.0 } else { BUDGET_S };
+    let budget = crate::harness::budget_s(BUDGET_S) / if quick { 3.0 } else { 1.0 };
     for (nn, shapes) in [(false, nt_shapes()), (true, nn_shapes())] {
         let shapes = if quick {
             shapes.into_iter().step_by(4).collect()

@@ -356,7 +356,7 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
         read_gbps: read.gbps,
         consecutive_errors: 0,
     };
-    let budget = if quick { BUDGET_S / 3.0 } else { BUDGET_S };
+    let budget = crate::harness::budget_s(BUDGET_S) / if quick { 3.0 } else { 1.0 };
     shapes_table(&mut suite, out, start, budget, quick)?;
     layer_table(&mut suite, out, quick)?;
     head_table(&mut suite, out)?;

@@ -159,3 +159,9 @@ pub fn f3(x: f64) -> String {
         format!("{x:.3}")
     }
 }
+
+/// Wall-clock budget of a suite in seconds: `MEGAOPS_BENCH_BUDGET_S` when set (to fit
+/// several suites into one time-limited GPU session), otherwise `default`.
+pub fn budget_s(default: f64) -> f64 {
+    std::env::var("MEGAOPS_BENCH_BUDGET_S").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
