@@ -6,6 +6,7 @@ mod bandwidth;
 mod gemm;
 mod gemv;
 mod harness;
+mod mlp;
 
 use clap::Parser;
 
@@ -34,6 +35,9 @@ fn main() {
     }
     if selected("gemv") {
         gemv::run(args.out.as_deref(), args.quick);
+    }
+    if selected("mlp") {
+        mlp::run(args.out.as_deref(), args.quick);
     }
     if selected("attention") {
         attention::run(args.out.as_deref(), args.quick);

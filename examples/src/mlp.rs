@@ -1,0 +1,537 @@
+//! A SwiGLU MLP block of a Llama-3 / Qwen3 decoder layer, composed from the kernel library
+//! with MegaOps: `out = down(silu(gate(rmsnorm(x))) · up(rmsnorm(x)))`.
+//!
+//! ```text
+//! x [m, h] ─ rmsnorm ─► xn [m, h] ─ gate/up ─► (gu [m, 2·inter]) ─ silu·mul ─► act [m, inter] ─ down ─► out [m, h]
+//! ```
+//!
+//! Every tensor between two kernels is a [`Tiled`] tensor, so on an
+//! [`AsyncStream`](megaops::AsyncStream) of several streams each kernel starts as soon as the
+//! data tiles it reads are ready (no kernel barrier); on `AsyncStream::serial` or a plain
+//! [`Stream`](megaops::Stream) the same kernels run one after the other.
+//!
+//! Two paths, chosen by the number of rows `m` ([`MlpPath::for_rows`]):
+//!
+//! - **decode** (`m ≤` [`DECODE_MAX_M`]): `norm::rmsnorm` (config 0, one CTA per row) →
+//!   `gemv::plan::gate_up`, i.e. the fused `gemv::gate_up_silu` (or its split-K variant,
+//!   as the library's planner picks for the shape) → `gemv::plan::linear`, i.e. `gemv::gemv`
+//!   or `gemv::gemv_splitk` for the down projection. The fused gate/up kernel is what the
+//!   library offers for decode: at these `m` the block is bound by reading the weights,
+//!   and fusing SiLU·mul into the gate/up GEMV saves a launch and the round trip of the
+//!   `[m, 2·inter]` intermediate;
+//! - **prefill** (`m >` [`DECODE_MAX_M`]): `norm::rmsnorm` (config 1, 4 rows per CTA) →
+//!   `gemm::matmul` (gate/up as one GEMM with `n = 2·inter`) → `elementwise::silu_mul`
+//!   (config 1) → `gemm::matmul` (down), tensor-core GEMMs with a tile config chosen for
+//!   the shape ([`gemm_config`]).
+//!
+//! The residual add of the decoder layer is not part of the block: in a full layer it is
+//! fused into the next layer's `norm::add_rmsnorm`, which consumes [`MlpActivations::output`].
+//!
+//! Rounding: every kernel computes in f32 and stores bf16, so the stored intermediates
+//! are bf16; [`Mlp::reference`] is an f64 reference that rounds to bf16 where the kernels
+//! store (`xn`, `gu` on the prefill path, `act`), and leaves the output unrounded.
+//!
+//! Re-running: [`Mlp::forward`] re-arms its `Tiled` tensors (the epoch API of [`Tiled`])
+//! before producing them, so it can be called again and again, and captured into a graph
+//! (`AsyncStream::capture`) that is replayed with new inputs written into `x`.
+
+use megaops::launch::AsInput;
+use megaops::{Device, DynGrid, DynRows, Error, LaunchOptions, LaunchTarget, R2, Result, Tensor, Tiled, bf16};
+use megaops_kernels::elementwise::silu_mul;
+use megaops_kernels::gemm::{self, matmul};
+use megaops_kernels::gemv::plan::{self, SplitWorkspace};
+use megaops_kernels::norm::rmsnorm;
+
+/// Largest number of rows that takes the decode (GEMV) path; more rows take the prefill
+/// (GEMM) path.
+pub const DECODE_MAX_M: usize = 16;
+
+/// Rows per data tile of the row-tiled tensors on the prefill path (as the paper's
+/// Figure 1): a GEMM CTA of 128 rows waits for two semaphores, a norm CTA of 4 rows
+/// signals one of them.
+pub const PREFILL_ROW_TILE: u32 = 64;
+
+/// Columns per data tile of the decode path's `act` (the gate/up output, produced in
+/// column tiles of 16–64 by the GEMV kernels).
+pub const DECODE_COL_TILE: u32 = 128;
+
+/// The shape of an MLP block: hidden size, intermediate size and the RMSNorm epsilon.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MlpConfig {
+    /// Hidden size `h` (columns of the input and output).
+    pub hidden: usize,
+    /// Intermediate size `inter` (columns of the gate, up and `act` tensors).
+    pub inter: usize,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+}
+
+impl MlpConfig {
+    /// Qwen3-0.6B: hidden 1024, intermediate 3072, `rms_norm_eps` 1e-6.
+    pub const QWEN3_0_6B: MlpConfig = MlpConfig {
+        hidden: 1024,
+        inter: 3072,
+        eps: 1e-6,
+    };
+
+    /// Llama-3.2-1B: hidden 2048, intermediate 8192, `rms_norm_eps` 1e-5.
+    pub const LLAMA_3_2_1B: MlpConfig = MlpConfig {
+        hidden: 2048,
+        inter: 8192,
+        eps: 1e-5,
+    };
+
+    /// A block of the given sizes with `eps = 1e-6`.
+    pub fn new(hidden: usize, inter: usize) -> MlpConfig {
+        MlpConfig {
+            hidden,
+            inter,
+            eps: 1e-6,
+        }
+    }
+
+    /// Bytes of the block's bf16 weights (norm weight, gate/up and down).
+    pub fn weight_bytes(&self) -> usize {
+        2 * (self.hidden + 3 * self.hidden * self.inter)
+    }
+
+    /// Checks the sizes the kernels need: positive, multiples of 8 (the GEMMs copy rows
+    /// 16 bytes at a time), and `2·inter · hidden` within `u32` kernel arguments.
+    pub fn check(&self) -> Result<()> {
+        let (h, i) = (self.hidden, self.inter);
+        if h == 0 || i == 0 || !h.is_multiple_of(8) || !i.is_multiple_of(8) {
+            return Err(Error::Shape(format!(
+                "MLP block: hidden ({h}) and intermediate ({i}) sizes must be positive multiples of 8"
+            )));
+        }
+        if 2 * i > u32::MAX as usize || h > u32::MAX as usize {
+            return Err(Error::Shape(format!(
+                "MLP block: sizes {h}, {i} exceed u32 kernel arguments"
+            )));
+        }
+        if !(self.eps.is_finite() && self.eps >= 0.0) {
+            return Err(Error::Invalid(format!(
+                "MLP block: eps must be finite and ≥ 0, got {}",
+                self.eps
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Which kernels run a forward pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MlpPath {
+    /// `m ≤` [`DECODE_MAX_M`]: RMSNorm → fused gate/up + SiLU·mul GEMV → down GEMV.
+    Decode,
+    /// `m >` [`DECODE_MAX_M`]: RMSNorm → gate/up GEMM → SiLU·mul → down GEMM.
+    Prefill,
+}
+
+impl MlpPath {
+    /// The path for `m` rows.
+    pub fn for_rows(m: usize) -> MlpPath {
+        if m <= DECODE_MAX_M {
+            MlpPath::Decode
+        } else {
+            MlpPath::Prefill
+        }
+    }
+}
+
+/// The `matmul` config for an `m × n` output on `sms` SMs: the first of 128×128 (config
+/// 0), 64×128 (config 4) and 64×64 (config 5) tiles that gives at least one CTA per SM,
+/// else 64×64 (the most CTAs). `megaops-bench gemm` measures every config per shape.
+pub fn gemm_config(m: usize, n: usize, sms: u32) -> usize {
+    const CANDIDATES: [usize; 3] = [0, 4, 5];
+    for c in CANDIDATES {
+        if let Some((bm, bn)) = matmul::CONFIGS.get(c).and_then(gemm::config_tile) {
+            let tiles = m.div_ceil(bm as usize) * n.div_ceil(bn as usize);
+            if tiles >= sms as usize {
+                return c;
+            }
+        }
+    }
+    CANDIDATES[CANDIDATES.len() - 1]
+}
+
+/// The weights of one MLP block on a device (bf16, PyTorch `Linear` layouts).
+pub struct Mlp {
+    config: MlpConfig,
+    norm_w: Tensor<bf16>,
+    w_gate_up: Tensor<bf16>,
+    w_down: Tensor<bf16>,
+}
+
+impl Mlp {
+    /// A block with seeded random weights: the norm weight uniform in `[0.5, 1.5)`, the
+    /// projections uniform with variance `1 / fan_in` (so activations stay of order one).
+    pub fn random(device: &Device, config: MlpConfig, seed: u64) -> Result<Mlp> {
+        config.check()?;
+        let (h, i) = (config.hidden, config.inter);
+        let norm_w: Vec<bf16> = megaops::testing::random::<f32>(h, 0.5, seed)
+            .into_iter()
+            .map(|v| bf16::from_f32(1.0 + v))
+            .collect();
+        let w_gate_up = megaops::testing::random::<bf16>(2 * i * h, (3.0 / h as f64).sqrt(), seed ^ 0x6a7e);
+        let w_down = megaops::testing::random::<bf16>(h * i, (3.0 / i as f64).sqrt(), seed ^ 0xd0e1);
+        Mlp::from_weights(device, config, &norm_w, &w_gate_up, &w_down)
+    }
+
+    /// A block from host weights: `norm_w [hidden]`, `w_gate_up [2·inter, hidden]` (the
+    /// gate rows then the up rows, as vLLM's merged `gate_up_proj`), `w_down [hidden,
+    /// inter]`, all row-major.
+    pub fn from_weights(
+        device: &Device,
+        config: MlpConfig,
+        norm_w: &[bf16],
+        w_gate_up: &[bf16],
+        w_down: &[bf16],
+    ) -> Result<Mlp> {
+        config.check()?;
+        let (h, i) = (config.hidden, config.inter);
+        let norm_w = Tensor::from_slice(device, &[h], norm_w)?;
+        let w_gate_up = Tensor::from_slice(device, &[2 * i, h], w_gate_up)?;
+        let w_down = Tensor::from_slice(device, &[h, i], w_down)?;
+        // Shape, k and alignment checks of the GEMMs' weights (m does not matter).
+        gemm::check_matmul(0, 2 * i as u32, h as u32, &w_gate_up)?;
+        gemm::check_matmul(0, h as u32, i as u32, &w_down)?;
+        Ok(Mlp {
+            config,
+            norm_w,
+            w_gate_up,
+            w_down,
+        })
+    }
+
+    /// The block's sizes.
+    pub fn config(&self) -> MlpConfig {
+        self.config
+    }
+
+    /// The RMSNorm weight, `[hidden]`.
+    pub fn norm_weight(&self) -> &Tensor<bf16> {
+        &self.norm_w
+    }
+
+    /// The merged gate/up weight, `[2·inter, hidden]`: gate rows `0..inter`, up rows
+    /// `inter..2·inter`.
+    pub fn w_gate_up(&self) -> &Tensor<bf16> {
+        &self.w_gate_up
+    }
+
+    /// The down-projection weight, `[hidden, inter]`.
+    pub fn w_down(&self) -> &Tensor<bf16> {
+        &self.w_down
+    }
+
+    /// Activations for a forward pass of `m` rows of this block (see [`MlpActivations::new`]).
+    pub fn activations(&self, device: &Device, m: usize) -> Result<MlpActivations> {
+        MlpActivations::new(device, self.config, m)
+    }
+
+    /// Enqueues the block on `on` for the input `x` (`[m, hidden]` bf16, a plain tensor or
+    /// a `Tiled` tensor a previous kernel produces; `m = acts.rows()`), writing
+    /// `acts.output()`. The kernels are those of `acts.path()` (see the [module
+    /// docs](self)); on an `AsyncStream` of several streams they overlap through the data
+    /// tiles of `acts`' tensors.
+    ///
+    /// Every `Tiled` tensor of `acts` is re-armed first, so the previous pass's output must
+    /// have no consumer left to launch; the output is produced (consumers launched after
+    /// this wait on its data tiles). Works inside `AsyncStream::capture`.
+    ///
+    /// Graphs: a replay starts from the semaphore epoch the capture saw and restores it at
+    /// its end, while an eager pass advances it. So with one `MlpActivations`, run eager
+    /// passes before the capture or after the last replay, not between the capture and a
+    /// replay (the replay's consumers would see the eager pass's semaphores as ready and
+    /// read stale data); use separate activations to interleave them.
+    pub fn forward(
+        &self,
+        on: &impl LaunchTarget,
+        x: &(impl AsInput<bf16, R2> + ?Sized),
+        acts: &mut MlpActivations,
+    ) -> Result<()> {
+        if acts.config != self.config {
+            return Err(Error::Shape(format!(
+                "MLP forward: activations built for {:?}, block is {:?}",
+                acts.config, self.config
+            )));
+        }
+        let c = self.config;
+        let (m, h, inter) = (acts.m as u32, c.hidden as u32, c.inter as u32);
+        acts.xn.rearm();
+        acts.act.rearm();
+        acts.out.rearm();
+        if let Some(gu) = acts.gu.as_mut() {
+            gu.rearm();
+        }
+        match acts.path {
+            MlpPath::Decode => {
+                rmsnorm::launch_with(
+                    on,
+                    &LaunchOptions::config(0),
+                    x,
+                    &self.norm_w,
+                    &mut acts.xn,
+                    m,
+                    h,
+                    c.eps,
+                )?;
+                plan::gate_up(
+                    on,
+                    &acts.xn,
+                    &self.w_gate_up,
+                    &mut acts.act,
+                    acts.ws_gate_up.as_mut(),
+                    m,
+                    inter,
+                    h,
+                )?;
+                plan::linear(
+                    on,
+                    &acts.act,
+                    &self.w_down,
+                    &mut acts.out,
+                    acts.ws_down.as_mut(),
+                    m,
+                    h,
+                    inter,
+                )?;
+            }
+            MlpPath::Prefill => {
+                let gu = acts
+                    .gu
+                    .as_mut()
+                    .ok_or_else(|| Error::Invalid("MLP forward: prefill activations lack the gate/up tensor".into()))?;
+                let [cfg_gu, cfg_down] = acts.gemm_configs;
+                rmsnorm::launch_with(
+                    on,
+                    &LaunchOptions::config(1),
+                    x,
+                    &self.norm_w,
+                    &mut acts.xn,
+                    m,
+                    h,
+                    c.eps,
+                )?;
+                matmul::launch_with(
+                    on,
+                    &LaunchOptions::config(cfg_gu),
+                    &acts.xn,
+                    &self.w_gate_up,
+                    gu,
+                    m,
+                    2 * inter,
+                    h,
+                )?;
+                silu_mul::launch_with(on, &LaunchOptions::config(1), &*gu, &mut acts.act, m, inter)?;
+                matmul::launch_with(
+                    on,
+                    &LaunchOptions::config(cfg_down),
+                    &acts.act,
+                    &self.w_down,
+                    &mut acts.out,
+                    m,
+                    h,
+                    inter,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// f64 reference of the block for rows `rows` of the input `x` (`[m, hidden]` bf16,
+    /// row-major; `m = x.len() / hidden` selects the path as [`Mlp::forward`] does),
+    /// computed from the weights downloaded from the device. Rounds to bf16 where the
+    /// kernels store bf16 intermediates (`xn`; on the prefill path the gate and up values;
+    /// `act`) and returns the output unrounded, `rows.len() × hidden` values.
+    pub fn reference(&self, x: &[bf16], rows: &[usize]) -> Result<Vec<f64>> {
+        let c = self.config;
+        let (h, inter) = (c.hidden, c.inter);
+        if !x.len().is_multiple_of(h) {
+            return Err(Error::Shape(format!(
+                "MLP reference: {} input values are not whole rows of {h}",
+                x.len()
+            )));
+        }
+        let m = x.len() / h;
+        if let Some(&r) = rows.iter().find(|&&r| r >= m) {
+            return Err(Error::Shape(format!("MLP reference: row {r} of an input of {m} rows")));
+        }
+        let path = MlpPath::for_rows(m);
+        let norm_w = self.norm_w.to_vec()?;
+        let w_gu = self.w_gate_up.to_vec()?;
+        let w_down = self.w_down.to_vec()?;
+        let round = |v: f64| bf16::from_f64(v).to_f64();
+        let dot = |a: &[f64], w: &[bf16]| a.iter().zip(w).map(|(a, w)| a * w.to_f64()).sum::<f64>();
+        let silu = |g: f64| g / (1.0 + (-g).exp());
+        let mut out = Vec::with_capacity(rows.len() * h);
+        for &r in rows {
+            let xr: Vec<f64> = x[r * h..(r + 1) * h].iter().map(|v| v.to_f64()).collect();
+            let ms = xr.iter().map(|v| v * v).sum::<f64>() / h as f64;
+            let rstd = 1.0 / (ms + c.eps as f64).sqrt();
+            let xn: Vec<f64> = xr
+                .iter()
+                .zip(&norm_w)
+                .map(|(v, w)| round(v * rstd * w.to_f64()))
+                .collect();
+            let act: Vec<f64> = (0..inter)
+                .map(|j| {
+                    let g = dot(&xn, &w_gu[j * h..(j + 1) * h]);
+                    let u = dot(&xn, &w_gu[(inter + j) * h..(inter + j + 1) * h]);
+                    match path {
+                        MlpPath::Decode => round(silu(g) * u),
+                        MlpPath::Prefill => round(silu(round(g)) * round(u)),
+                    }
+                })
+                .collect();
+            out.extend((0..h).map(|i| dot(&act, &w_down[i * inter..(i + 1) * inter])));
+        }
+        Ok(out)
+    }
+}
+
+/// The tensors of one forward pass of `m` rows: the `Tiled` intermediates between the
+/// kernels, the output, and the split-K scratch of the decode path. One per concurrent
+/// pass (a pass re-arms and rewrites them).
+pub struct MlpActivations {
+    config: MlpConfig,
+    m: usize,
+    path: MlpPath,
+    xn: Tiled<bf16, DynRows>,
+    gu: Option<Tiled<bf16, DynRows>>,
+    act: Tiled<bf16, DynGrid>,
+    out: Tiled<bf16, DynRows>,
+    ws_gate_up: Option<SplitWorkspace>,
+    ws_down: Option<SplitWorkspace>,
+    gemm_configs: [usize; 2],
+}
+
+impl MlpActivations {
+    /// Tensors for `m ≥ 1` rows of a block of `config`. Data tilings, matched to the
+    /// kernels' kernel tilings:
+    ///
+    /// | tensor | decode (`m ≤ 16`) | prefill |
+    /// |---|---|---|
+    /// | `xn [m, h]` (rmsnorm → gate/up) | `DynRows(1)`: one per norm CTA; the GEMV waits for all | `DynRows(64)` |
+    /// | `gu [m, 2·inter]` (GEMM → silu·mul) | — (fused) | `DynRows(64)` |
+    /// | `act [m, inter]` (→ down) | `DynGrid(16, 128)`: column tiles of the GEMV | `DynGrid(64, inter)`: row tiles |
+    /// | `out [m, h]` (down →) | `DynRows(1)` | `DynRows(64)` |
+    ///
+    /// The decode path gets split-K scratch for the gate/up and the down GEMVs (one each:
+    /// they may run at the same time). The prefill GEMM configs come from
+    /// [`gemm_config`] for the device's SM count ([`MlpActivations::set_gemm_configs`]
+    /// overrides them).
+    pub fn new(device: &Device, config: MlpConfig, m: usize) -> Result<MlpActivations> {
+        config.check()?;
+        if m == 0 || m > u32::MAX as usize {
+            return Err(Error::Shape(format!(
+                "MLP activations: m = {m} rows (need 1 ≤ m < 2³²)"
+            )));
+        }
+        let (h, inter) = (config.hidden, config.inter);
+        let path = MlpPath::for_rows(m);
+        let sms = device.sm_count();
+        Ok(match path {
+            MlpPath::Decode => MlpActivations {
+                config,
+                m,
+                path,
+                xn: Tiled::new(device, &[m, h], DynRows(1), "mlp.xn")?,
+                gu: None,
+                act: Tiled::new(
+                    device,
+                    &[m, inter],
+                    DynGrid(DECODE_MAX_M as u32, DECODE_COL_TILE),
+                    "mlp.act",
+                )?,
+                out: Tiled::new(device, &[m, h], DynRows(1), "mlp.out")?,
+                ws_gate_up: Some(SplitWorkspace::new(device, m, inter, plan::MAX_SPLITS as usize, 2)?),
+                ws_down: Some(SplitWorkspace::new(device, m, h, plan::MAX_SPLITS as usize, 1)?),
+                gemm_configs: [0, 0],
+            },
+            MlpPath::Prefill => MlpActivations {
+                config,
+                m,
+                path,
+                xn: Tiled::new(device, &[m, h], DynRows(PREFILL_ROW_TILE), "mlp.xn")?,
+                gu: Some(Tiled::new(
+                    device,
+                    &[m, 2 * inter],
+                    DynRows(PREFILL_ROW_TILE),
+                    "mlp.gu",
+                )?),
+                act: Tiled::new(device, &[m, inter], DynGrid(PREFILL_ROW_TILE, inter as u32), "mlp.act")?,
+                out: Tiled::new(device, &[m, h], DynRows(PREFILL_ROW_TILE), "mlp.out")?,
+                ws_gate_up: None,
+                ws_down: None,
+                gemm_configs: [gemm_config(m, 2 * inter, sms), gemm_config(m, h, sms)],
+            },
+        })
+    }
+
+    /// Rows `m` of the pass.
+    pub fn rows(&self) -> usize {
+        self.m
+    }
+
+    /// The path the pass takes.
+    pub fn path(&self) -> MlpPath {
+        self.path
+    }
+
+    /// The block sizes they were built for.
+    pub fn config(&self) -> MlpConfig {
+        self.config
+    }
+
+    /// The prefill path's `matmul` configs `[gate/up, down]` (unused on the decode path).
+    pub fn gemm_configs(&self) -> [usize; 2] {
+        self.gemm_configs
+    }
+
+    /// Sets the prefill path's `matmul` configs `[gate/up, down]` (indices into
+    /// `matmul::CONFIGS`).
+    pub fn set_gemm_configs(&mut self, configs: [usize; 2]) -> Result<()> {
+        if let Some(&c) = configs.iter().find(|&&c| c >= matmul::CONFIGS.len()) {
+            return Err(Error::Invalid(format!(
+                "matmul config {c} does not exist ({} configs)",
+                matmul::CONFIGS.len()
+            )));
+        }
+        self.gemm_configs = configs;
+        Ok(())
+    }
+
+    /// The normalised input `xn = rmsnorm(x) · norm_w`, `[m, hidden]`.
+    pub fn normed(&self) -> &Tiled<bf16, DynRows> {
+        &self.xn
+    }
+
+    /// The gate/up GEMM output `[m, 2·inter]` (gate columns, then up columns): prefill
+    /// path only (the decode path fuses it away).
+    pub fn gate_up(&self) -> Option<&Tiled<bf16, DynRows>> {
+        self.gu.as_ref()
+    }
+
+    /// `act = silu(gate) · up`, `[m, inter]`.
+    pub fn act(&self) -> &Tiled<bf16, DynGrid> {
+        &self.act
+    }
+
+    /// The block's output `[m, hidden]`.
+    pub fn output(&self) -> &Tiled<bf16, DynRows> {
+        &self.out
+    }
+
+    /// Overwrites every intermediate and the output with `value` (after queued work), e.g.
+    /// NaN in tests so that an element no kernel writes fails the comparison.
+    pub fn fill(&self, value: bf16) -> Result<()> {
+        self.xn.tensor().fill(value)?;
+        if let Some(gu) = &self.gu {
+            gu.tensor().fill(value)?;
+        }
+        self.act.tensor().fill(value)?;
+        self.out.tensor().fill(value)
+    }
+}
