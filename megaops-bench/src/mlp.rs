@@ -16,14 +16,15 @@
 //! runs once with poisoned outputs and compares a few rows with the f64 reference
 //! (`Mlp::reference`); errors are printed and the suite moves on.
 
-use crate::harness::{Table, f3, time_events, time_graph};
+use crate::harness::{Table, budget_s, f3, time_events, time_graph};
 use megaops::testing::{POISON_WORD, random, rel_error};
 use megaops::{AsyncStream, Device, Result, Tensor, bf16};
 use megaops_examples::mlp::{Mlp, MlpActivations, MlpConfig};
 use std::path::Path;
 use std::time::Instant;
 
-/// Wall-clock budget of the suite (all included); shapes past it are skipped.
+/// Wall-clock budget of the suite (all included; `MEGAOPS_BENCH_BUDGET_S` overrides it);
+/// shapes past it are skipped.
 const BUDGET_S: f64 = 60.0;
 /// L2 of an H200; weights of the rotated sets exceed twice this.
 const L2_BYTES: usize = 50 << 20;
@@ -57,6 +58,7 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
     let overlap = AsyncStream::new(&dev, 2)?;
     let serial = AsyncStream::serial(&dev)?;
     let replays = if quick { 4 } else { 8 };
+    let budget = budget_s(BUDGET_S);
     let mut table = Table::new(
         "MLP block (RMSNorm → gate/up → SiLU·mul → down): overlapped vs no-overlap",
         &[
@@ -84,8 +86,8 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
             }
         };
         for m in MS {
-            if start.elapsed().as_secs_f64() > BUDGET_S {
-                eprintln!("mlp suite: over its {BUDGET_S} s budget, skipping the remaining shapes");
+            if start.elapsed().as_secs_f64() > budget {
+                eprintln!("mlp suite: over its {budget} s budget, skipping the remaining shapes");
                 break 'models;
             }
             let shape = Shape {
