@@ -240,11 +240,9 @@ impl Mlp {
     /// have no consumer left to launch; the output is produced (consumers launched after
     /// this wait on its data tiles). Works inside `AsyncStream::capture`.
     ///
-    /// Graphs: a replay starts from the semaphore epoch the capture saw and restores it at
-    /// its end, while an eager pass advances it. So with one `MlpActivations`, run eager
-    /// passes before the capture or after the last replay, not between the capture and a
-    /// replay (the replay's consumers would see the eager pass's semaphores as ready and
-    /// read stale data); use separate activations to interleave them.
+    /// Graphs: eager passes and replays of a captured pass may alternate on the same
+    /// `MlpActivations` (`Graph::launch` sets the semaphores back to the values the
+    /// capture saw before each replay).
     pub fn forward(
         &self,
         on: &impl LaunchTarget,

@@ -48,26 +48,51 @@ fn figure1_on_the_cpu_backend_over_seeds() -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn figure1_graph_replays_rearm_y_on_the_cpu_backend() -> Result<()> {
-    let dev = cpu_device(5)?;
-    let s = AsyncStream::new(&dev, 2)?;
-    let mut fig1 = Fig1::new(
-        &dev,
-        Shape {
-            m: 70,
-            k: 24,
-            n1: 40,
-            n2: 9,
-        },
-        9,
-    )?;
+/// Graph replays interleaved with eager runs of the same program on the same tensors:
+/// each replay must start from the semaphore values it was captured against, and the
+/// eager run after a replay must not wait for a launch made before it.
+fn replays_between_eager_runs(dev: &Device, shape: Shape, seed: u64, rows: usize) -> Result<()> {
+    let s = AsyncStream::new(dev, 2)?;
+    let mut fig1 = Fig1::new(dev, shape, seed)?;
+    fig1.run(&s, 5, 0)?;
+    s.synchronize()?;
+    check(&fig1, rows, "eager before the capture")?;
     let graph = s.capture(|s| fig1.run(s, 5, 5))?;
-    for replay in 0..3 {
+    for round in 0..3 {
         fig1.poison()?;
         graph.launch(&s)?;
         s.synchronize()?;
-        check(&fig1, usize::MAX, &format!("replay {replay}"))?;
+        check(&fig1, rows, &format!("replay {round}"))?;
+        for eager in 0..2 {
+            fig1.poison()?;
+            fig1.run(&s, eager, 5)?;
+            s.synchronize()?;
+            check(&fig1, rows, &format!("eager run {eager} after replay {round}"))?;
+        }
+    }
+    // Two replays back to back, and an eager run queued right behind a replay.
+    fig1.poison()?;
+    graph.launch(&s)?;
+    graph.launch(&s)?;
+    fig1.run(&s, 1, 2)?;
+    s.synchronize()?;
+    check(&fig1, rows, "eager run queued behind two replays")
+}
+
+#[test]
+fn figure1_graph_replays_between_eager_runs_on_the_cpu_backend() -> Result<()> {
+    for seed in 0..2 {
+        replays_between_eager_runs(
+            &cpu_device(seed)?,
+            Shape {
+                m: 70,
+                k: 24,
+                n1: 40,
+                n2: 9,
+            },
+            seed,
+            usize::MAX,
+        )?;
     }
     Ok(())
 }
@@ -141,15 +166,7 @@ fn figure1_on_the_gpu() -> Result<()> {
     for (i, &shape) in shapes.iter().enumerate() {
         run_pairs(&dev, shape, &pairs, seed.wrapping_add(i as u64), 128)?;
     }
-    // Graph capture and replay on the GPU.
-    let s = AsyncStream::new(&dev, 2)?;
-    let mut fig1 = Fig1::new(&dev, shapes[1], seed)?;
-    let graph = s.capture(|s| fig1.run(s, 1, 5))?;
-    for replay in 0..3 {
-        fig1.poison()?;
-        graph.launch(&s)?;
-        s.synchronize()?;
-        check(&fig1, 128, &format!("GPU graph replay {replay}"))?;
-    }
+    // Graph capture and replay on the GPU, between eager runs.
+    replays_between_eager_runs(&dev, shapes[1], seed, 128)?;
     Ok(())
 }

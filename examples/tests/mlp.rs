@@ -188,10 +188,7 @@ fn prefill_path_on_the_cpu_backend() -> Result<()> {
 /// inputs written between the replays, then an eager pass after the replays (the forward
 /// re-arms the tensors the graph left complete). Each pass with poisoned activations,
 /// checked end to end on `rows` and stage by stage on `stage_rows`.
-///
-/// The order matters: a replay starts from the semaphore epoch of its capture, so eager
-/// passes on the same activations run before the capture or after the last replay (see
-/// `Mlp::forward`).
+/// (Replays interleaved with eager passes are tested in `tests/fig1.rs`.)
 #[allow(clippy::too_many_arguments)]
 fn check_graph(
     dev: &Device,

@@ -25,7 +25,7 @@ use crate::backend::cuda::lock;
 use crate::buffer::Buffer;
 use crate::device::{Device, DeviceBackend};
 use crate::error::{CudaContext as _, Error, Result};
-use crate::graph::{Graph, GraphBody};
+use crate::graph::{Graph, GraphBody, SemaphoreRestore};
 use crate::launch::{LaunchTarget, PreparedLaunch, TiledHandle};
 use crate::notes::LaunchNote;
 use crate::partition::SmPartition;
@@ -221,8 +221,9 @@ impl AsyncStream {
     /// Records a whole program of launches on this AsyncStream into a replayable graph
     /// (CUDA graph on a GPU; a recorded launch list on the CPU backend). Nothing runs
     /// during the capture. Every replay starts from the semaphore state at capture time
-    /// and restores it at the end; `Tiled` tensors the graph produces are left
-    /// *complete* (readable without waiting) once a replay is done.
+    /// (set again before each replay, so eager launches may run in between) and restores
+    /// it at the end; `Tiled` tensors the graph produces are left *complete* (readable
+    /// without waiting) once a replay is done.
     pub fn capture(&self, body: impl FnOnce(&AsyncStream) -> Result<()>) -> Result<Graph> {
         // Everything before the capture must be done: captured launches do not order
         // after eager work, and the begin flag is reset inside the graph.
@@ -254,11 +255,19 @@ impl AsyncStream {
                 phase: Phase::Complete,
             };
         }
+        let restores = capture
+            .touched
+            .iter()
+            .map(|(h, before)| SemaphoreRestore {
+                handle: h.clone(),
+                epoch: before.epoch,
+            })
+            .collect();
         let body = match graph_body {
             Some(g) => GraphBody::Cuda(g),
             None => GraphBody::Cpu(capture.cpu_ops),
         };
-        Ok(Graph::new(self.device.clone(), body, buffers))
+        Ok(Graph::new(self.device.clone(), body, restores, buffers))
     }
 
     fn capture_inner(
@@ -336,7 +345,12 @@ impl AsyncStream {
         }
     }
 
-    fn memset_d32(&self, stream: usize, addr: u64, value: i32, words: usize) -> Result<()> {
+    /// After a graph replay: the next launch has no previous launch to wait for.
+    pub(crate) fn forget_previous_launch(&self) {
+        lock(&self.inner).prev = None;
+    }
+
+    pub(crate) fn memset_d32(&self, stream: usize, addr: u64, value: i32, words: usize) -> Result<()> {
         let RawStream::Cuda(s) = self.streams[stream].raw() else {
             return unreachable_backend();
         };

@@ -1,9 +1,13 @@
 //! [`Graph`]: a captured AsyncStream program, replayable with one launch.
 
 use crate::async_stream::{AsyncStream, CpuOp};
+use crate::backend::cuda::lock;
 use crate::buffer::Buffer;
 use crate::device::Device;
 use crate::error::{CudaContext as _, Error, Result};
+use crate::launch::TiledHandle;
+use crate::tiled::{Phase, TiledState};
+use megaops_device::sync::EPOCH_STRIDE;
 use std::sync::Arc;
 
 /// A replayable program recorded by [`AsyncStream::capture`]: a CUDA graph on a GPU, a
@@ -11,7 +15,21 @@ use std::sync::Arc;
 pub struct Graph {
     device: Device,
     body: GraphBody,
+    restores: Vec<SemaphoreRestore>,
     _buffers: Vec<Arc<Buffer>>,
+}
+
+/// A `Tiled` tensor the graph produces: the semaphore value its captured launches count
+/// from, and the host-side state to set after a replay.
+pub(crate) struct SemaphoreRestore {
+    pub(crate) handle: TiledHandle,
+    pub(crate) epoch: u32,
+}
+
+impl SemaphoreRestore {
+    fn value(&self) -> i32 {
+        (self.epoch as i32).wrapping_mul(EPOCH_STRIDE)
+    }
 }
 
 pub(crate) enum GraphBody {
@@ -20,16 +38,27 @@ pub(crate) enum GraphBody {
 }
 
 impl Graph {
-    pub(crate) fn new(device: Device, body: GraphBody, buffers: Vec<Arc<Buffer>>) -> Graph {
+    pub(crate) fn new(
+        device: Device,
+        body: GraphBody,
+        restores: Vec<SemaphoreRestore>,
+        buffers: Vec<Arc<Buffer>>,
+    ) -> Graph {
         Graph {
             device,
             body,
+            restores,
             _buffers: buffers,
         }
     }
 
     /// Replays the program on `on` (the AsyncStream it was captured from, or another on
     /// the same device). Later work on `on` runs after the replay.
+    ///
+    /// Eager launches may run between replays (also on the graph's `Tiled` tensors): after
+    /// everything queued on `on`, the semaphores of the tensors the graph produces are set
+    /// back to the values its launches were captured against, and once the replay is
+    /// queued those tensors are *complete* on the host side, as after the capture.
     pub fn launch(&self, on: &AsyncStream) -> Result<()> {
         if !on.device().same(&self.device) {
             return Err(Error::Invalid(
@@ -44,11 +73,32 @@ impl Graph {
                 for s in on.streams().iter().skip(1).chain(on.partition().map(|p| p.stream())) {
                     s0.wait_event(&s.record_marker()?)?;
                 }
+                for r in &self.restores {
+                    on.memset_d32(0, r.handle.sema.addr(), r.value(), r.handle.sema_count)?;
+                }
                 g.launch().ctx(|| "launching a graph".into())?;
-                on.wait_on(s0)
+                on.wait_on(s0)?;
             }
-            GraphBody::Cpu(ops) => on.replay_cpu(ops),
+            GraphBody::Cpu(ops) => {
+                let restores = self.restores.iter().map(|r| CpuOp::Fill {
+                    buffer: r.handle.sema.clone(),
+                    words: r.handle.sema_count,
+                    value: r.value(),
+                });
+                let ops: Vec<CpuOp> = restores.chain(ops.iter().cloned()).collect();
+                on.replay_cpu(&ops)?;
+            }
         }
+        // The next eager launch runs after the whole replay: it must not wait for the
+        // begin flag of a launch made before it (the graph resets the flag).
+        on.forget_previous_launch();
+        for r in &self.restores {
+            *lock(&r.handle.state) = TiledState {
+                epoch: r.epoch,
+                phase: Phase::Complete,
+            };
+        }
+        Ok(())
     }
 
     /// Uploads the graph's resources so the first replay does not pay for it (GPU only).
