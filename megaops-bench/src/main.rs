@@ -7,6 +7,7 @@ mod gemm;
 mod gemv;
 mod harness;
 mod mlp;
+mod overlap;
 
 use clap::Parser;
 
@@ -35,6 +36,9 @@ fn main() {
     }
     if selected("gemv") {
         gemv::run(args.out.as_deref(), args.quick);
+    }
+    if selected("overlap") {
+        overlap::run(args.out.as_deref(), args.quick);
     }
     if selected("mlp") {
         mlp::run(args.out.as_deref(), args.quick);
