@@ -2,7 +2,7 @@
 # Runs, on a GPU machine, every GPU test (tests whose name contains "gpu") of the bundle
 # made by scripts/gpu-bundle.sh, the Figure 1 example and the benchmark suites, each under
 # its own timeout. Full logs go to $OUT (default ./gpu-out); a short summary is printed
-# last. Usage: gpu-run.sh [tests|bench|all] [suite:seconds ...]
+# last. Usage: [TESTS="bin ..."] gpu-run.sh [tests|bench|all] [suite:seconds ...]
 #   default suites: overlap:50 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30
 #   MEGAOPS_BENCH_BUDGET_S (default 25 here) caps the suites that stop adding shapes.
 set -u
@@ -26,8 +26,10 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     echo "test $name: rc=$rc $(( $(date +%s) - start ))s $(grep -a "test result" "$OUT/tests/$name.log" | tail -1)" >> "$summary"
   }
   export -f run_test; export OUT summary
-  ls tests/* | xargs -P 2 -I{} bash -c 'run_test {}'
-  if [ -x ./fig1 ]; then
+  # TESTS="gemv mlp" runs only those binaries.
+  if [ -n "${TESTS:-}" ]; then list=$(for n in $TESTS; do echo "tests/$n"; done); else list=$(ls tests/*); fi
+  echo "$list" | xargs -P 2 -I{} bash -c 'run_test {}'
+  if [ -x ./fig1 ] && [ -z "${TESTS:-}" ]; then
     timeout -k 5 90 ./fig1 --seed 20261130 > "$OUT/tests/fig1.log" 2>&1; echo "fig1: rc=$? $(tail -1 "$OUT/tests/fig1.log")" >> "$summary"
   fi
   echo "tests done at +$(( $(date +%s) - t0 ))s" >> "$summary"
