@@ -163,5 +163,8 @@ pub fn f3(x: f64) -> String {
 /// Wall-clock budget of a suite in seconds: `MEGAOPS_BENCH_BUDGET_S` when set (to fit
 /// several suites into one time-limited GPU session), otherwise `default`.
 pub fn budget_s(default: f64) -> f64 {
-    std::env::var("MEGAOPS_BENCH_BUDGET_S").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var("MEGAOPS_BENCH_BUDGET_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }

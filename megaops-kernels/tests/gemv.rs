@@ -386,10 +386,11 @@ fn tiled_chain_on_an_async_stream() -> Result<()> {
     Ok(())
 }
 
-/// The planner's choices at real decode shapes on a virtual GPU of 16 SMs (more would
-/// exceed the host's limit on coroutine stacks; small n still makes it split k), through
-/// [`plan::linear`] and [`plan::gate_up`]: Qwen3-0.6B's o projection at m = 16 and its
-/// down projection at m = 1, and a gate+up.
+/// The planner's choices on a virtual GPU of 16 SMs (more would exceed the host's limit on
+/// coroutine stacks), through [`plan::linear`] and [`plan::gate_up`]: Qwen3-0.6B's o
+/// projection at m = 16 and its down projection at m = 1 (enough column tiles: no split,
+/// as measured best on the H200), outputs narrow enough that the planner splits k, and a
+/// gate+up of each kind.
 #[test]
 fn planner_choices_at_model_shapes_on_a_16_sm_virtual_gpu() -> Result<()> {
     let seed = fresh_seed("planner_choices_at_model_shapes_on_a_16_sm_virtual_gpu");
@@ -403,12 +404,17 @@ fn planner_choices_at_model_shapes_on_a_16_sm_virtual_gpu() -> Result<()> {
     let dev = Device::cpu(config)?;
     let s = Stream::new(&dev)?;
     let mut ws = SplitWorkspace::new(&dev, 16, 1024, plan::MAX_SPLITS as usize, 2)?;
-    for (m, n, k) in [(16usize, 1024usize, 2048usize), (1, 1024, 3072)] {
+    for (m, n, k, split) in [
+        (16usize, 1024usize, 2048usize, false),
+        (1, 1024, 3072, false),
+        (16, 48, 2048, true),
+        (1, 32, 3072, true),
+    ] {
         let p = Problem::new(m, n, k, seed ^ n as u64 ^ k as u64);
         let (x, w) = p.tensors(&dev)?;
         let mut y = Tensor::full(&dev, &[m, n], POISON)?;
         let c = plan::linear(&s, &x, &w, &mut y, Some(&mut ws), m as u32, n as u32, k as u32)?;
-        assert!(c.splits > 1, "n = {n} on 16 SMs should split k: {c:?}");
+        assert_eq!(c.splits > 1, split, "n = {n} on 16 SMs: {c:?}");
         assert_close(
             &format!("linear m={m} n={n} k={k} ({c:?})"),
             &y.to_vec()?,
@@ -416,18 +422,20 @@ fn planner_choices_at_model_shapes_on_a_16_sm_virtual_gpu() -> Result<()> {
             TOL_BF16,
         );
     }
-    let (m, inter, k) = (4usize, 512usize, 1024usize);
-    let p = Problem::new(m, 2 * inter, k, seed ^ 0x9a7e);
-    let (x, w) = p.tensors(&dev)?;
-    let mut h = Tensor::full(&dev, &[m, inter], POISON)?;
-    let c = plan::gate_up(&s, &x, &w, &mut h, Some(&mut ws), m as u32, inter as u32, k as u32)?;
-    let want = gate_up_ref(&f64s(&p.x), &f64s(&p.w), m, inter, k);
-    assert_close(
-        &format!("gate_up m={m} inter={inter} k={k} ({c:?})"),
-        &h.to_vec()?,
-        &want,
-        TOL_BF16,
-    );
+    for (m, inter, k, split) in [(4usize, 512usize, 1024usize, false), (3, 16, 2048, true)] {
+        let p = Problem::new(m, 2 * inter, k, seed ^ 0x9a7e ^ inter as u64);
+        let (x, w) = p.tensors(&dev)?;
+        let mut h = Tensor::full(&dev, &[m, inter], POISON)?;
+        let c = plan::gate_up(&s, &x, &w, &mut h, Some(&mut ws), m as u32, inter as u32, k as u32)?;
+        assert_eq!(c.splits > 1, split, "gate_up inter = {inter} on 16 SMs: {c:?}");
+        let want = gate_up_ref(&f64s(&p.x), &f64s(&p.w), m, inter, k);
+        assert_close(
+            &format!("gate_up m={m} inter={inter} k={k} ({c:?})"),
+            &h.to_vec()?,
+            &want,
+            TOL_BF16,
+        );
+    }
     assert!(
         ws.counters.to_vec()?.iter().all(|&c| c == 0),
         "split-K counters not re-armed"
