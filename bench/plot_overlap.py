@@ -30,7 +30,7 @@ def main(src, dst):
                 tables.append(t)
     if not tables:
         sys.exit(f"no table with a speedup column in {src}")
-    fig, axes = plt.subplots(len(tables), 1, figsize=(11, 3.6 * len(tables)), squeeze=False)
+    fig, axes = plt.subplots(len(tables), 1, figsize=(11, 4.6 * len(tables)), squeeze=False)
     for ax, t in zip(axes[:, 0], tables):
         col = t["columns"].index("speedup")
         rows = [r for r in t["rows"] if r[col] not in ("", "-")]
@@ -44,7 +44,7 @@ def main(src, dst):
         for i, v in enumerate(values):
             ax.text(i, v, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
         ax.set_xticks(range(len(values)))
-        ax.set_xticklabels(labels, fontsize=6, rotation=0)
+        ax.set_xticklabels(labels, fontsize=6, rotation=30, ha="right")
         ax.set_ylabel("no-overlap / overlap")
         ax.set_ylim(min(0.9, min(values) - 0.05), max(1.3, max(values) + 0.1))
         ax.set_title(t["title"], fontsize=9)
