@@ -222,6 +222,10 @@ unsafe fn load_q<const D: usize, const G: usize>(q: *const bf16, job: &Job, qsca
 ///
 /// # Safety
 /// `k`, `v` point to position 0 of the sequence; rows `< job.end` readable.
+// Constant-index loops on purpose: `iter_mut`/`zip`/`array::from_fn` over the state took
+// its address, which moved it to local memory on nvptx (a 240-byte stack, ~1000 local
+// loads and stores per warp and block of positions) and kept the loops rolled.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 unsafe fn attend<const D: usize, const G: usize, const U: usize, const NW: usize>(
     k: *const bf16,
@@ -277,7 +281,10 @@ unsafe fn attend<const D: usize, const G: usize, const U: usize, const NW: usize
             });
         });
         // Online softmax: one rescale per block.
-        let vf: [[f32; 8]; U] = core::array::from_fn(|u| unpack8(vr[u]));
+        let mut vf = [[0.0f32; 8]; U];
+        unroll!(U, max 4, |u| {
+            vf[u] = unpack8(vr[u]);
+        });
         unroll!(G, max 8, |g| {
             let mut mx = st.m[g];
             unroll!(U, max 4, |u| {
@@ -293,8 +300,8 @@ unsafe fn attend<const D: usize, const G: usize, const U: usize, const NW: usize
                     // Invalid positions: exp2(-inf) is ~2^-125 and their V registers are 0.
                     let pw = exp2(sc[g][u] - mx);
                     st.l[g] += pw;
-                    for (a, v) in st.acc[g].iter_mut().zip(vf[u]) {
-                        *a += pw * v;
+                    for i in 0..8 {
+                        st.acc[g][i] += pw * vf[u][i];
                     }
                 });
                 st.m[g] = mx;
@@ -308,13 +315,16 @@ unsafe fn attend<const D: usize, const G: usize, const U: usize, const NW: usize
         unroll!(G, max 8, |g| {
             let mo = shfl_xor_sync(FULL_MASK, st.m[g], off as u32);
             let lo = shfl_xor_sync(FULL_MASK, st.l[g], off as u32);
-            let ao: [f32; 8] = core::array::from_fn(|i| shfl_xor_sync(FULL_MASK, st.acc[g][i], off as u32));
+            let mut ao = [0.0f32; 8];
+            for i in 0..8 {
+                ao[i] = shfl_xor_sync(FULL_MASK, st.acc[g][i], off as u32);
+            }
             let mn = st.m[g].max(mo);
             // With both maxima -inf, exp2 gives ~2^-125 and l, acc stay 0.
             let (a, b) = (exp2(st.m[g] - mn), exp2(mo - mn));
             st.l[g] = st.l[g] * a + lo * b;
-            for (x, o) in st.acc[g].iter_mut().zip(ao) {
-                *x = *x * a + o * b;
+            for i in 0..8 {
+                st.acc[g][i] = st.acc[g][i] * a + ao[i] * b;
             }
             st.m[g] = mn;
         });
