@@ -459,3 +459,68 @@ fn gpu_tensors_dropped_under_overlap_and_interop() -> Result<()> {
     interop(&dev, 3000, 200, 200_000)?;
     Ok(())
 }
+
+/// SM partitioning (green contexts on the GPU): a communication-like kernel launched on
+/// the AsyncStream's partition produces a tiled tensor that kernels on the main streams
+/// consume tile by tile, and the reverse; a launch asking for a partition the AsyncStream
+/// does not have is refused before anything runs.
+fn sm_partition(dev: &Device, m: u32, n: u32, delay_ns: u64) -> Result<()> {
+    let opts = AsyncOptions {
+        streams: 2,
+        partition_sms: Some(16),
+        ..AsyncOptions::default()
+    };
+    let s = AsyncStream::with_options(dev, opts)?;
+    let on_partition = LaunchOptions::config(0).on_partition();
+    for (seed, producer_on_partition) in [(61u32, true), (62, false)] {
+        let mut y = Tiled::<f32, DynRows>::new(dev, &[m as usize, n as usize], DynRows(8), "y")?;
+        let mut sums = Tensor::<f32>::full(dev, &[m as usize], f32::NAN)?;
+        if producer_on_partition {
+            produce::launch_with(&s, &on_partition, &mut y, m, n, seed, delay_ns)?;
+            row_sums::launch(&s, &y, &mut sums, m, n)?;
+        } else {
+            produce::launch_with(&s, &LaunchOptions::config(0), &mut y, m, n, seed, delay_ns)?;
+            row_sums::launch_with(&s, &on_partition, &y, &mut sums, m, n)?;
+        }
+        s.synchronize()?;
+        let what = if producer_on_partition {
+            "producer on the partition"
+        } else {
+            "consumer on the partition"
+        };
+        check_sums(what, &sums.to_vec()?, m, n, seed);
+    }
+    let plain = AsyncStream::new(dev, 2)?;
+    let mut y = Tiled::<f32, DynRows>::new(dev, &[m as usize, n as usize], DynRows(8), "y")?;
+    let err = produce::launch_with(&plain, &on_partition, &mut y, m, n, 1, 0).expect_err("no partition to run on");
+    assert!(err.to_string().contains("partition_sms"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn sm_partition_launches_on_the_cpu_backend() -> Result<()> {
+    for seed in 0..2 {
+        sm_partition(&cpu_device(seed)?, 45, 20, 20_000)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn gpu_sm_partition() -> Result<()> {
+    let Some(dev) = gpu_or_skip("gpu_sm_partition") else {
+        return Ok(());
+    };
+    dev.preload(&megaops_examples::__MEGAOPS_PTX)?;
+    sm_partition(&dev, 4000, 256, 100_000)?;
+    let s = AsyncStream::with_options(
+        &dev,
+        AsyncOptions {
+            streams: 2,
+            partition_sms: Some(16),
+            ..AsyncOptions::default()
+        },
+    )?;
+    let sms = s.partition().map(|p| p.sms()).unwrap_or(0);
+    assert!((16..dev.sm_count()).contains(&sms), "partition of {sms} SMs");
+    Ok(())
+}
