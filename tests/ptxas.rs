@@ -2,7 +2,9 @@
 //! architecture it was built for (`MEGAOPS_ARCHS`, default `sm_90`): every module must
 //! assemble and no entry may spill registers. Prints registers, stack frame, spills,
 //! barriers and static shared memory per entry. Without `ptxas` (see
-//! `megaops_build::ptxas::find`) it says why it is skipped.
+//! `megaops_build::ptxas::find`) it says why it is skipped. A second test (no `ptxas`
+//! needed) bounds the local memory of every function, which ptxas does not report as
+//! spilling.
 
 use megaops_build::ptxas::{self, EntryReport};
 
@@ -62,5 +64,33 @@ fn every_kernel_entry_assembles_without_spills() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     println!("ptxas: {total} entries checked with {}", ptxas.display());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Most local-memory instructions one function may have. A value kept in local memory
+/// (its address taken, e.g. by `iter_mut` over an array) costs a memory round trip per
+/// use in a hot loop: decode attention had 545 in one function and ran at 1-4 % of the
+/// bandwidth. Today's largest is 87 (decode attention with 8 query heads per KV head).
+const LOCAL_BUDGET: usize = 100;
+
+#[test]
+fn no_function_keeps_much_state_in_local_memory() {
+    let mut failures = Vec::new();
+    for (krate, archs) in modules() {
+        for (arch, ptx) in archs {
+            for u in ptxas::local_memory_use(ptx) {
+                println!(
+                    "{krate} {arch}: {:<60} depot {:>4} B, {:>3} ld.local, {:>3} st.local",
+                    u.name, u.depot_bytes, u.loads, u.stores
+                );
+                if u.loads + u.stores > LOCAL_BUDGET {
+                    failures.push(format!(
+                        "{krate} {arch}: `{}` has {} local loads and {} stores (budget {LOCAL_BUDGET}): keep its arrays in registers (constant-index loops, no iter_mut/zip over state)",
+                        u.name, u.loads, u.stores
+                    ));
+                }
+            }
+        }
+    }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -115,8 +115,102 @@ pub fn parse_report(stderr: &str) -> Vec<EntryReport> {
     entries
 }
 
+/// Local memory (the per-thread stack) one PTX function uses, read from its text: rustc's
+/// NVPTX backend puts a value there when its address is taken (e.g. iterating over an
+/// array with `iter_mut`), and ptxas does not count that as spilling.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalUse {
+    /// Function or entry name.
+    pub name: String,
+    /// Bytes of `__local_depot` it declares.
+    pub depot_bytes: u64,
+    /// `ld.local` instructions in its body.
+    pub loads: usize,
+    /// `st.local` instructions in its body.
+    pub stores: usize,
+}
+
+/// Every function and entry of `ptx` that declares a local depot or touches local memory.
+pub fn local_memory_use(ptx: &str) -> Vec<LocalUse> {
+    let mut out = Vec::new();
+    let mut current: Option<LocalUse> = None;
+    for line in ptx.lines() {
+        let t = line.trim_start();
+        let header = [
+            ".visible .entry ",
+            ".entry ",
+            ".visible .func ",
+            ".func ",
+            ".weak .func ",
+        ]
+        .iter()
+        .find_map(|p| t.strip_prefix(p));
+        if let Some(rest) = header {
+            out.extend(current.take().filter(|u| u.depot_bytes > 0 || u.loads + u.stores > 0));
+            // `.func (.param .b32 r) name(` puts the return value first.
+            let rest = if rest.starts_with('(') {
+                rest.split_once(')').map_or(rest, |(_, r)| r.trim_start())
+            } else {
+                rest
+            };
+            let name = rest
+                .split(|c: char| c == '(' || c.is_whitespace())
+                .next()
+                .unwrap_or_default();
+            current = Some(LocalUse {
+                name: name.to_string(),
+                depot_bytes: 0,
+                loads: 0,
+                stores: 0,
+            });
+            continue;
+        }
+        let Some(u) = current.as_mut() else { continue };
+        if let Some(at) = t.find("__local_depot") {
+            let bytes = t[at..]
+                .split_once('[')
+                .and_then(|(_, r)| r.split_once(']'))
+                .and_then(|(n, _)| n.parse().ok());
+            u.depot_bytes += bytes.unwrap_or(0);
+        }
+        if t.starts_with("ld.local") {
+            u.loads += 1;
+        } else if t.starts_with("st.local") {
+            u.stores += 1;
+        }
+    }
+    out.extend(current.filter(|u| u.depot_bytes > 0 || u.loads + u.stores > 0));
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn finds_local_memory_per_function() {
+        let ptx = "\
+.visible .func (.param .b32 r) helper(\n\t.param .b64 a\n)\n{\n\t.local .align 8 .b8 \t__local_depot0[240];\n\tst.local.f32 [%rd1], %f1;\n\tld.local.f32 %f2, [%rd1];\n\tld.local.f32 %f3, [%rd1+4];\n}\n\
+.visible .entry clean(\n)\n{\n\tld.global.f32 %f1, [%rd1];\n}\n\
+.visible .entry args(\n)\n{\n\t.local .align 8 .b8 \t__local_depot1[32];\n\tst.local.u32 [%rd2], %r1;\n}\n";
+        let uses = super::local_memory_use(ptx);
+        assert_eq!(
+            uses,
+            vec![
+                super::LocalUse {
+                    name: "helper".into(),
+                    depot_bytes: 240,
+                    loads: 2,
+                    stores: 1
+                },
+                super::LocalUse {
+                    name: "args".into(),
+                    depot_bytes: 32,
+                    loads: 0,
+                    stores: 1
+                },
+            ]
+        );
+    }
+
     use super::*;
 
     #[test]
