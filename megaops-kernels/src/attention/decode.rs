@@ -16,6 +16,11 @@
 //! `2·G·splits·(D + 2)·4` bytes per (b, h), a few percent at the split counts
 //! [`splits_for`] picks.
 
+// Constant-index loops on purpose, throughout: `iter_mut`/`zip`/`array::from_fn` over the
+// softmax state took its address, which moved it to local memory on nvptx (a 240-byte
+// stack, ~550 local loads and stores per block of positions) and kept the loops rolled.
+#![allow(clippy::needless_range_loop)]
+
 use crate::attention::math::{LOG2_E, exp2, recip, unpack8, unroll};
 use megaops::bf16;
 use megaops::device::atomic::{self, AcqRel, Gpu, Relaxed};
@@ -222,10 +227,6 @@ unsafe fn load_q<const D: usize, const G: usize>(q: *const bf16, job: &Job, qsca
 ///
 /// # Safety
 /// `k`, `v` point to position 0 of the sequence; rows `< job.end` readable.
-// Constant-index loops on purpose: `iter_mut`/`zip`/`array::from_fn` over the state took
-// its address, which moved it to local memory on nvptx (a 240-byte stack, ~1000 local
-// loads and stores per warp and block of positions) and kept the loops rolled.
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 unsafe fn attend<const D: usize, const G: usize, const U: usize, const NW: usize>(
     k: *const bf16,
@@ -380,9 +381,9 @@ unsafe fn finish<const D: usize, const G: usize, const NW: usize, const THREADS:
             let mn = mx.max(mw);
             let (a, b) = (exp2(mx - mn), exp2(mw - mn));
             l = l * a + lw * b;
-            for (i, x) in acc.iter_mut().enumerate() {
+            for i in 0..4 {
                 // SAFETY: as above.
-                *x = *x * a + unsafe { acc_s.add((w * G + g) * D + col + i).read() } * b;
+                acc[i] = acc[i] * a + unsafe { acc_s.add((w * G + g) * D + col + i).read() } * b;
             }
             mx = mn;
         }
@@ -453,8 +454,8 @@ unsafe fn merge_splits<const D: usize, const G: usize>(
         let mn = mx.max(ms);
         let (a, b) = (exp2(mx - mn), exp2(ms - mn));
         l = l * a + ls * b;
-        for (i, x) in acc.iter_mut().enumerate() {
-            *x = *x * a + f32::from_bits(po[i]) * b;
+        for i in 0..4 {
+            acc[i] = acc[i] * a + f32::from_bits(po[i]) * b;
         }
         mx = mn;
     };
