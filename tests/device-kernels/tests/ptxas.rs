@@ -2,96 +2,17 @@
 //!
 //! - `ptxas_accepts_every_module`: `ptxas -arch=<arch> -v` assembles every module without
 //!   an error, every kernel of `ENTRIES` is in it, none spills; prints registers, stack
-//!   frame, spills, barriers and shared memory per entry. `ptxas` is looked up as
-//!   `$PTXAS`, then in the `nvidia-cuda-nvcc` Python wheel (`nvidia/cu13/bin/ptxas`), then
-//!   on `PATH`, then in `/usr/local/cuda/bin`; without one the test says why it is skipped.
+//!   frame, spills, barriers and shared memory per entry. `ptxas` is found and run by
+//!   `megaops_build::ptxas`; without one the test says why it is skipped.
 //! - `ptx_has_the_instructions_we_meant`: each kernel's PTX contains the instructions its
 //!   primitives are documented to emit (no `ptxas` needed).
 
+use megaops_build::ptxas;
 use megaops_device_kernels::ptx::{ENTRIES, MODULES};
-use std::path::PathBuf;
-use std::process::Command;
-
-/// Finds `ptxas`, or says where it looked.
-fn find_ptxas() -> Result<PathBuf, String> {
-    let works = |p: &PathBuf| {
-        Command::new(p)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    let mut tried = Vec::new();
-    if let Some(p) = std::env::var_os("PTXAS") {
-        let p = PathBuf::from(p);
-        if works(&p) {
-            return Ok(p);
-        }
-        tried.push(format!("$PTXAS={}", p.display()));
-    }
-    let py = "import nvidia.cu13 as m, os; print(os.path.join(list(m.__path__)[0], 'bin', 'ptxas'))";
-    if let Ok(out) = Command::new("python3").args(["-c", py]).output() {
-        let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        if out.status.success() && works(&p) {
-            return Ok(p);
-        }
-    }
-    tried.push("python3 -c 'import nvidia.cu13' (pip install nvidia-cuda-nvcc==13.0.88)".into());
-    for p in [PathBuf::from("ptxas"), PathBuf::from("/usr/local/cuda/bin/ptxas")] {
-        if works(&p) {
-            return Ok(p);
-        }
-        tried.push(p.display().to_string());
-    }
-    Err(format!("no ptxas found (tried {})", tried.join(", ")))
-}
-
-/// Per-entry facts from `ptxas -v`.
-#[derive(Debug, Default)]
-struct EntryInfo {
-    name: String,
-    registers: u32,
-    stack: u32,
-    spill_stores: u32,
-    spill_loads: u32,
-    barriers: u32,
-    smem: u32,
-}
-
-/// The number just before `unit` in `line` (`"40 registers"` → 40).
-fn number_before(line: &str, unit: &str) -> u32 {
-    line.find(unit)
-        .and_then(|at| line[..at].split_whitespace().last())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
-fn parse_ptxas_info(stderr: &str) -> Vec<EntryInfo> {
-    let mut entries: Vec<EntryInfo> = Vec::new();
-    for line in stderr.lines() {
-        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
-            let name = rest.split('\'').next().unwrap_or_default().to_string();
-            entries.push(EntryInfo {
-                name,
-                ..Default::default()
-            });
-        } else if let Some(e) = entries.last_mut() {
-            if line.contains("bytes stack frame") {
-                e.stack = number_before(line, "bytes stack frame");
-                e.spill_stores = number_before(line, "bytes spill stores");
-                e.spill_loads = number_before(line, "bytes spill loads");
-            } else if line.contains("Used") && line.contains("registers") {
-                e.registers = number_before(line, "registers");
-                e.barriers = number_before(line, "barriers");
-                e.smem = number_before(line, "bytes smem");
-            }
-        }
-    }
-    entries
-}
 
 #[test]
 fn ptxas_accepts_every_module() {
-    let ptxas = match find_ptxas() {
+    let ptxas = match ptxas::find() {
         Ok(p) => p,
         Err(why) => {
             eprintln!("SKIPPED ptxas_accepts_every_module: {why}");
@@ -99,32 +20,22 @@ fn ptxas_accepts_every_module() {
         }
     };
     assert!(!MODULES.is_empty(), "no PTX module was embedded");
-    let dir = std::env::temp_dir().join(format!("megaops-ptxas-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("creating a temporary directory");
+    let dir = std::env::temp_dir().join(format!("megaops-ptxas-device-{}", std::process::id()));
     let mut failures = Vec::new();
     for (arch, ptx) in MODULES {
-        let src = dir.join(format!("kernels.{arch}.ptx"));
-        std::fs::write(&src, ptx).expect("writing the PTX");
-        let out = Command::new(&ptxas)
-            .arg(format!("-arch={arch}"))
-            .arg("-v")
-            .arg(&src)
-            .arg("-o")
-            .arg(dir.join(format!("kernels.{arch}.cubin")))
-            .output()
-            .expect("running ptxas");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() || stderr.contains("error") {
-            failures.push(format!("{arch}: ptxas failed ({}):\n{stderr}", out.status));
-            continue;
-        }
-        let infos = parse_ptxas_info(&stderr);
-        println!("{arch}: {} entries ({})", infos.len(), ptxas.display());
+        let entries = match ptxas::assemble(&ptxas, arch, ptx, &dir, "kernels") {
+            Ok(entries) => entries,
+            Err(e) => {
+                failures.push(e);
+                continue;
+            }
+        };
+        println!("{arch}: {} entries ({})", entries.len(), ptxas.display());
         println!(
             "  {:<20} {:>4} {:>6} {:>7} {:>7} {:>4} {:>6}",
             "entry", "regs", "stack", "spill-st", "spill-ld", "bars", "smem"
         );
-        for e in &infos {
+        for e in &entries {
             println!(
                 "  {:<20} {:>4} {:>6} {:>7} {:>7} {:>4} {:>6}",
                 e.name, e.registers, e.stack, e.spill_stores, e.spill_loads, e.barriers, e.smem
@@ -134,7 +45,7 @@ fn ptxas_accepts_every_module() {
             }
         }
         for want in ENTRIES {
-            if !infos.iter().any(|e| e.name == *want) {
+            if !entries.iter().any(|e| e.name == *want) {
                 failures.push(format!("{arch}: entry `{want}` is missing from the PTX"));
             }
         }
