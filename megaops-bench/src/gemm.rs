@@ -15,8 +15,8 @@
 //! cuBLAS, and a summary (geometric-mean ratio, wins per config). Errors are printed and
 //! the suite moves on; it stops adding shapes past its time budget.
 
+use crate::cublas::Cublas;
 use crate::harness::{Table, f3, time_graph};
-use cudarc::cublas::{result as cublas, sys as cublas_sys};
 use megaops::{AsyncStream, Device, Error, LaunchOptions, Remap, Result, Tensor, bf16};
 use megaops_kernels::gemm::{self, matmul, matmul_nn};
 use std::path::Path;
@@ -108,83 +108,6 @@ fn nn_shapes() -> Vec<Shape> {
     v
 }
 
-/// A cuBLAS handle with an explicit workspace (no allocation during graph capture).
-struct Cublas {
-    handle: cublas_sys::cublasHandle_t,
-    _workspace: Tensor<i32>,
-}
-
-impl Cublas {
-    fn new(dev: &Device) -> Result<Cublas> {
-        let handle = cublas::create_handle().map_err(|e| Error::Invalid(format!("cublasCreate: {e:?}")))?;
-        let workspace = Tensor::<i32>::zeros(dev, &[8 << 20])?; // 32 MiB
-        // SAFETY: a live handle and a device buffer of the given size that outlives it.
-        unsafe { cublas_sys::cublasSetWorkspace_v2(handle, workspace.addr() as *mut _, workspace.size_bytes()) }
-            .result()
-            .map_err(|e| Error::Invalid(format!("cublasSetWorkspace: {e:?}")))?;
-        Ok(Cublas {
-            handle,
-            _workspace: workspace,
-        })
-    }
-
-    /// Enqueues `C = A·Wᵀ` (`nn`: `C = A·B`) on `stream`, all row-major bf16.
-    ///
-    /// Row-major `C[m, n]` is column-major `Cᵀ[n, m]`: `Cᵀ = W·Aᵀ`, with row-major
-    /// `W[n, k]` seen as column-major `Wᵀ (k × n, ld k)` → `op = T`, and `A[m, k]` as
-    /// `Aᵀ (k × m, ld k)` → `op = N` (cuBLAS "TN"). NN: `B[k, n]` is column-major
-    /// `Bᵀ (n × k, ld n)` → `op = N` ("NN").
-    fn gemm(
-        &self,
-        stream: cudarc::driver::sys::CUstream,
-        s: &Shape,
-        a: &Tensor<bf16>,
-        b: &Tensor<bf16>,
-        c: &Tensor<bf16>,
-        nn: bool,
-    ) -> Result<()> {
-        use cublas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
-        let (m, n, k) = (s.m as i32, s.n as i32, s.k as i32);
-        let (alpha, beta) = (1f32, 0f32);
-        let (op_b, ld_b) = if nn { (CUBLAS_OP_N, n) } else { (CUBLAS_OP_T, k) };
-        // SAFETY: live handle and stream; the tensors hold the shapes above and stay alive
-        // until the stream (or graph) using them completes (the caller keeps them).
-        unsafe {
-            cublas::set_stream(self.handle, stream as *mut _)
-                .map_err(|e| Error::Invalid(format!("cublasSetStream: {e:?}")))?;
-            cublas::gemm_ex(
-                self.handle,
-                op_b,
-                CUBLAS_OP_N,
-                n,
-                m,
-                k,
-                (&alpha) as *const f32 as *const _,
-                b.addr() as *const _,
-                cublas_sys::cudaDataType_t::CUDA_R_16BF,
-                ld_b,
-                a.addr() as *const _,
-                cublas_sys::cudaDataType_t::CUDA_R_16BF,
-                k,
-                (&beta) as *const f32 as *const _,
-                c.addr() as *mut _,
-                cublas_sys::cudaDataType_t::CUDA_R_16BF,
-                n,
-                cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
-        }
-        .map_err(|e| Error::Invalid(format!("cublasGemmEx {}×{}×{}: {e:?}", s.m, s.n, s.k)))
-    }
-}
-
-impl Drop for Cublas {
-    fn drop(&mut self) {
-        // SAFETY: created in `new`, destroyed once.
-        let _ = unsafe { cublas::destroy_handle(self.handle) };
-    }
-}
-
 /// Inputs of one shape: rotating (A, W) views into the random pool and C tensors.
 struct Operands {
     a: Vec<Tensor<bf16>>,
@@ -261,7 +184,7 @@ impl Suite<'_> {
                     let stream = st.streams()[0]
                         .cu_stream()
                         .ok_or_else(|| Error::Invalid("cuBLAS needs a CUDA stream".into()))?;
-                    cublas.gemm(stream, s, a, b, c, nn)
+                    cublas.gemm(stream, a, b, c, nn)
                 }
                 Variant::Config(cfg) => launch(st, &LaunchOptions::config(*cfg), a, b, c, (mu, nu, ku), nn),
                 Variant::Grouped(cfg, table) => launch(
@@ -288,7 +211,7 @@ impl Suite<'_> {
                 let stream = st
                     .cu_stream()
                     .ok_or_else(|| Error::Invalid("cuBLAS needs a CUDA stream".into()))?;
-                self.cublas.gemm(stream, s, &ops.a[0], &ops.b[0], c, nn)?;
+                self.cublas.gemm(stream, &ops.a[0], &ops.b[0], c, nn)?;
             }
             Variant::Config(cfg) | Variant::Grouped(cfg, _) => launch(
                 &self.astream,

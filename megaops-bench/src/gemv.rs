@@ -14,8 +14,8 @@
 //! budget (60 s on an H200).
 
 use crate::bandwidth;
+use crate::cublas::Cublas;
 use crate::harness::{Table, f3, time_graph};
-use cudarc::cublas::{result as cublas, sys as cublas_sys};
 use megaops::{AsyncStream, Device, Error, LaunchOptions, Result, Tensor, bf16};
 use megaops_kernels::gemv::plan::{self, Choice, SplitWorkspace};
 use megaops_kernels::gemv::{gate_up_silu, gate_up_silu_splitk, gemv, gemv_splitk, lm_head};
@@ -83,87 +83,6 @@ enum Variant {
     },
 }
 
-/// A cuBLAS handle with an explicit workspace (no allocation during graph capture).
-struct Cublas {
-    handle: cublas_sys::cublasHandle_t,
-    _workspace: Tensor<i32>,
-}
-
-impl Cublas {
-    fn new(dev: &Device) -> Result<Cublas> {
-        let handle = cublas::create_handle().map_err(|e| Error::Invalid(format!("cublasCreate: {e:?}")))?;
-        let workspace = Tensor::<i32>::zeros(dev, &[8 << 20])?; // 32 MiB
-        // SAFETY: a live handle and a device buffer of the given size that outlives it.
-        unsafe { cublas_sys::cublasSetWorkspace_v2(handle, workspace.addr() as *mut _, workspace.size_bytes()) }
-            .result()
-            .map_err(|e| Error::Invalid(format!("cublasSetWorkspace: {e:?}")))?;
-        Ok(Cublas {
-            handle,
-            _workspace: workspace,
-        })
-    }
-
-    /// Enqueues `y[m, n] = x[m, k]·W[n, k]ᵀ` (row-major bf16) on `stream`: column-major
-    /// `yᵀ (n × m, ld n) = W·xᵀ`, with `W[n, k]` seen as column-major `Wᵀ (k × n, ld k)`
-    /// → `op = T` and `x[m, k]` as `xᵀ (k × m, ld k)` → `op = N`.
-    fn gemm(
-        &self,
-        stream: cudarc::driver::sys::CUstream,
-        x: &Tensor<bf16>,
-        w: &Tensor<bf16>,
-        y: &Tensor<bf16>,
-    ) -> Result<()> {
-        use cublas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
-        let (m, k) = (x.shape()[0] as i32, x.shape()[1] as i32);
-        let n = w.shape()[0] as i32;
-        if y.shape() != [m as usize, n as usize] || w.shape()[1] != k as usize {
-            return Err(Error::Shape(format!(
-                "cuBLAS gemv: x {:?}, w {:?}, y {:?}",
-                x.shape(),
-                w.shape(),
-                y.shape()
-            )));
-        }
-        let (alpha, beta) = (1f32, 0f32);
-        // SAFETY: live handle and stream; the tensors hold the shapes checked above and
-        // stay alive until the stream (or graph) using them completes (the caller keeps
-        // them).
-        unsafe {
-            cublas::set_stream(self.handle, stream as *mut _)
-                .map_err(|e| Error::Invalid(format!("cublasSetStream: {e:?}")))?;
-            cublas::gemm_ex(
-                self.handle,
-                CUBLAS_OP_T,
-                CUBLAS_OP_N,
-                n,
-                m,
-                k,
-                (&alpha) as *const f32 as *const _,
-                w.addr() as *const _,
-                cublas_sys::cudaDataType_t::CUDA_R_16BF,
-                k,
-                x.addr() as *const _,
-                cublas_sys::cudaDataType_t::CUDA_R_16BF,
-                k,
-                (&beta) as *const f32 as *const _,
-                y.addr() as *mut _,
-                cublas_sys::cudaDataType_t::CUDA_R_16BF,
-                n,
-                cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
-        }
-        .map_err(|e| Error::Invalid(format!("cublasGemmEx {m}×{n}×{k}: {e:?}")))
-    }
-}
-
-impl Drop for Cublas {
-    fn drop(&mut self) {
-        // SAFETY: created in `new`, destroyed once.
-        let _ = unsafe { cublas::destroy_handle(self.handle) };
-    }
-}
-
 /// Rotating operands of one shape: W views into the pool (enough sets to cover
 /// [`ROTATION_BYTES`]), x and y per set, and a split-K workspace per set.
 struct Operands {
@@ -215,7 +134,7 @@ fn launch(on: &AsyncStream, cublas: &Cublas, s: &Shape, ops: &mut Operands, j: u
             if s.op == Op::GateUp {
                 return Err(Error::Invalid("cuBLAS has no fused gate+up".into()));
             }
-            cublas.gemm(stream, x, w, y)
+            cublas.gemm(stream, x, w, y, false)
         }
         (Variant::Config { cfg, splits: 1 }, Op::Linear) => {
             gemv::launch_with(on, &LaunchOptions::config(cfg), x, w, y, m, n, k)
@@ -643,7 +562,7 @@ fn head_table(suite: &mut Suite, out: Option<&Path>) -> Result<()> {
                 let stream = st.streams()[0]
                     .cu_stream()
                     .ok_or_else(|| Error::Invalid("cuBLAS needs a CUDA stream".into()))?;
-                cublas.gemm(stream, &x, &w, &y16)
+                cublas.gemm(stream, &x, &w, &y16, false)
             });
             let c = suite.ok(&format!("{model} head cuBLAS"), c)?.map(|s| s.median_us);
             let (a, acfg) = argmax_time(suite, &logits, m, vocab)?;

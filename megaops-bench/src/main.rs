@@ -3,6 +3,7 @@
 
 mod attention;
 mod bandwidth;
+mod cublas;
 mod gemm;
 mod gemv;
 mod harness;
