@@ -14,10 +14,14 @@
 //! - [`warp`]: shuffles, votes, match;
 //! - [`memory`]: 16-byte vector loads/stores, `cp.async` with commit/wait groups;
 //! - [`mma`]: `ldmatrix` and `mma.sync` m16n8k16 (bf16/f16 → f32);
+//! - [`math`]: `fma.rn.f32` and the special-function unit (`ex2`, `rcp`, `rsqrt` approx);
 //! - [`convert`]: bf16/f16 ↔ f32 conversions on `half`'s types;
 //! - [`sync`]: the MegaOps tile-synchronisation runtime the `#[megaops::kernel]` macro calls.
 #![cfg_attr(target_arch = "nvptx64", no_std)]
-#![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch, stdarch_nvptx))]
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(asm_experimental_arch, stdarch_nvptx, core_float_math)
+)]
 // `static_shared!` expands to inline PTX in the caller's crate; this lets that crate
 // use it without enabling `asm_experimental_arch` itself (std's macros do the same).
 #![cfg_attr(target_arch = "nvptx64", feature(allow_internal_unstable), allow(internal_features))]
@@ -26,6 +30,7 @@
 pub mod atomic;
 pub mod convert;
 pub mod fence;
+pub mod math;
 pub mod memory;
 pub mod mma;
 pub mod shared;

@@ -23,7 +23,7 @@
 //! (`res_out` may be `res`, `y` may be `x`): every thread reads its elements before it
 //! writes them.
 
-use crate::attention::math::{pack8, rsqrt, unpack8, unroll};
+use crate::attention::math::{fma, pack8, rsqrt, unpack8, unroll};
 use megaops::bf16;
 use megaops::device::memory::{ld_global_cg_v4_u32, ld_global_nc_v4_u32, st_global_v4_u32};
 use megaops::device::static_shared;
@@ -189,7 +189,7 @@ fn sum_sq(v: [u32; 4]) -> f32 {
     let f = unpack8(v);
     let mut s = 0.0;
     for x in f {
-        s += x * x;
+        s = fma(x, x, s);
     }
     s
 }

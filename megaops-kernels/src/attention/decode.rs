@@ -21,7 +21,7 @@
 // stack, ~550 local loads and stores per block of positions) and kept the loops rolled.
 #![allow(clippy::needless_range_loop)]
 
-use crate::attention::math::{LOG2_E, exp2, recip, unpack8, unroll};
+use crate::attention::math::{LOG2_E, exp2, fma, recip, unpack8, unroll};
 use megaops::bf16;
 use megaops::device::atomic::{self, AcqRel, Gpu, Relaxed};
 use megaops::device::convert::pack_bf16x2;
@@ -269,7 +269,7 @@ unsafe fn attend<const D: usize, const G: usize, const U: usize, const NW: usize
             unroll!(G, max 8, |g| {
                 let mut d = 0.0f32;
                 for i in 0..8 {
-                    d += qf[g][i] * kf[i];
+                    d = fma(qf[g][i], kf[i], d);
                 }
                 let mut off = 1;
                 while off < lpr {
@@ -302,7 +302,7 @@ unsafe fn attend<const D: usize, const G: usize, const U: usize, const NW: usize
                     let pw = exp2(sc[g][u] - mx);
                     st.l[g] += pw;
                     for i in 0..8 {
-                        st.acc[g][i] += pw * vf[u][i];
+                        st.acc[g][i] = fma(pw, vf[u][i], st.acc[g][i]);
                     }
                 });
                 st.m[g] = mx;
@@ -323,9 +323,9 @@ unsafe fn attend<const D: usize, const G: usize, const U: usize, const NW: usize
             let mn = st.m[g].max(mo);
             // With both maxima -inf, exp2 gives ~2^-125 and l, acc stay 0.
             let (a, b) = (exp2(st.m[g] - mn), exp2(mo - mn));
-            st.l[g] = st.l[g] * a + lo * b;
+            st.l[g] = fma(st.l[g], a, lo * b);
             for i in 0..8 {
-                st.acc[g][i] = st.acc[g][i] * a + ao[i] * b;
+                st.acc[g][i] = fma(st.acc[g][i], a, ao[i] * b);
             }
             st.m[g] = mn;
         });
@@ -380,10 +380,10 @@ unsafe fn finish<const D: usize, const G: usize, const NW: usize, const THREADS:
             let (mw, lw) = unsafe { (ml_s.add(2 * (w * G + g)).read(), ml_s.add(2 * (w * G + g) + 1).read()) };
             let mn = mx.max(mw);
             let (a, b) = (exp2(mx - mn), exp2(mw - mn));
-            l = l * a + lw * b;
+            l = fma(l, a, lw * b);
             for i in 0..4 {
                 // SAFETY: as above.
-                acc[i] = acc[i] * a + unsafe { acc_s.add((w * G + g) * D + col + i).read() } * b;
+                acc[i] = fma(acc[i], a, unsafe { acc_s.add((w * G + g) * D + col + i).read() } * b);
             }
             mx = mn;
         }
@@ -453,9 +453,9 @@ unsafe fn merge_splits<const D: usize, const G: usize>(
         let (ms, ls) = (f32::from_bits(ml[0]), f32::from_bits(ml[1]));
         let mn = mx.max(ms);
         let (a, b) = (exp2(mx - mn), exp2(ms - mn));
-        l = l * a + ls * b;
+        l = fma(l, a, ls * b);
         for i in 0..4 {
-            acc[i] = acc[i] * a + f32::from_bits(po[i]) * b;
+            acc[i] = fma(acc[i], a, f32::from_bits(po[i]) * b);
         }
         mx = mn;
     };

@@ -1,67 +1,37 @@
 //! Scalar math and bf16 packing shared by the kernels of this crate (norms, activations,
-//! RoPE, attention), written in plain Rust so that it compiles unchanged for `nvptx64`
-//! and for the CPU backend.
-//!
-//! `megaops-device` has no wrappers for the special-function unit yet (`ex2.approx`,
-//! `rsqrt.approx`, `rcp.approx`), and a kernel crate cannot use inline PTX without the
-//! unstable `asm_experimental_arch` feature. So these are software versions on the FMA and
-//! integer pipes, accurate to a few f32 ulps (far below bf16 rounding):
-//!
-//! - [`exp2`]: range reduction by the 1.5·2²³ rounding trick and a degree-5 polynomial
-//!   for 2^f on [-½, ½] (relative error 2.2e-7); about 16 instructions, no conversion;
-//! - [`rsqrt`], [`recip`]: a bit-pattern estimate and three Newton steps (relative error
-//!   below 1e-7).
-//!
-//! Swapping them for `ex2.approx.ftz.f32` / `rsqrt.approx.f32` once the device library
-//! offers them changes only this file.
+//! RoPE, attention). The arithmetic is `megaops_device::math`'s: the special-function
+//! unit on the GPU (`ex2.approx.ftz.f32`, `rcp.approx.ftz.f32`, `rsqrt.approx.ftz.f32`)
+//! and std's functions on the CPU backend; this file adds the contracts the kernels rely
+//! on (range clamps, NaN handling).
+
+use megaops::device::math::{exp2_approx, recip_approx, rsqrt_approx};
+
+pub use megaops::device::math::fma;
 
 /// `log2(e)`: `exp(x) = exp2(x * LOG2_E)`.
 pub const LOG2_E: f32 = core::f32::consts::LOG2_E;
 
-/// `1.5 * 2^23`: adding it rounds an f32 of magnitude below 2^22 to an integer, which
-/// then sits in the low mantissa bits.
-const ROUND_MAGIC: f32 = 12_582_912.0;
-
 /// `2^x`, for any `x` (NaN counts as very negative): results below `2^-125` come back as
-/// `~2^-125` (a tiny normal number, effectively 0 for softmax weights), `x > 126` as
-/// `2^126`. Relative error ≤ 2.2e-7 in between.
+/// `2^-125` (a tiny normal number, effectively 0 for softmax weights, and never 0 · ∞ or
+/// 0 / 0), `x > 126` as `2^126`. Relative error ≤ 2⁻²² in between. One
+/// `ex2.approx.ftz.f32` after the clamp (`max.f32`, `min.f32`).
 #[inline(always)]
 #[allow(clippy::manual_clamp)] // `clamp` would keep NaN; `max` maps it to -125
 pub fn exp2(x: f32) -> f32 {
     // `max` returns the non-NaN operand (PTX `max.f32`), so NaN becomes -125.
-    let x = x.max(-125.0).min(126.0);
-    let t = x + ROUND_MAGIC;
-    let n = t - ROUND_MAGIC;
-    let f = x - n;
-    let p = 0.001_326_697_f32;
-    let p = p * f + 0.009_675_46;
-    let p = p * f + 0.055_507_425;
-    let p = p * f + 0.240_221_22;
-    let p = p * f + 0.693_146_94;
-    let p = p * f + 1.000_000_1;
-    // The low bits of `t` hold round(x) (two's complement in the mantissa field): adding
-    // them at bit 23 scales `p` by 2^round(x).
-    f32::from_bits(p.to_bits().wrapping_add(t.to_bits() << 23))
+    exp2_approx(x.max(-125.0).min(126.0))
 }
 
-/// `1 / sqrt(x)` for positive, normal `x` (relative error < 1e-7).
+/// `1 / sqrt(x)` for positive, normal `x` (relative error ≤ 2⁻²²·⁹; `rsqrt.approx`).
 #[inline(always)]
 pub fn rsqrt(x: f32) -> f32 {
-    let half = 0.5 * x;
-    let mut y = f32::from_bits(0x5f37_5a86_u32.wrapping_sub(x.to_bits() >> 1));
-    y = y * (1.5 - half * y * y);
-    y = y * (1.5 - half * y * y);
-    y * (1.5 - half * y * y)
+    rsqrt_approx(x)
 }
 
-/// `1 / x` for positive `x` in `[2^-125, 2^125]` (relative error < 1e-7).
+/// `1 / x` for positive `x` in `[2^-125, 2^125]` (relative error ≤ 2⁻²³; `rcp.approx`).
 #[inline(always)]
 pub fn recip(x: f32) -> f32 {
-    let mut y = f32::from_bits(0x7ef3_11c3_u32.wrapping_sub(x.to_bits()));
-    y = y * (2.0 - x * y);
-    y = y * (2.0 - x * y);
-    y = y * (2.0 - x * y);
-    y * (2.0 - x * y)
+    recip_approx(x)
 }
 
 /// SiLU, `x * sigmoid(x) = x / (1 + e^-x)`, in f32.

@@ -18,6 +18,7 @@
 //! | [`tensor_core`] | `ldmatrix` x1/x2/x4 (± trans), `mma.sync` m16n8k16 bf16 and f16 |
 //! | [`warp_ops`] | shuffles (all modes, widths, 64-bit), votes, ballot, match, reductions |
 //! | [`conversions`] | bf16/f16 ↔ f32, packing |
+//! | [`math`] | `fma.rn.f32`, `ex2` / `rcp` / `rsqrt` approx |
 //! | [`timers`] | `%globaltimer`, `%clock64`, `nanosleep`, every fence |
 //!
 //! [`ptx::MODULES`] holds the PTX, one module per GPU architecture.
@@ -43,6 +44,7 @@ pub mod atomics;
 pub mod conversions;
 pub mod copy_async;
 pub mod indices;
+pub mod math;
 pub mod message;
 pub mod shared_mem;
 pub mod tensor_core;
@@ -74,6 +76,7 @@ pub mod ptx {
         "mma_f16",
         "warp_collectives",
         "convert",
+        "math",
         "fences_and_timers",
     ];
 }

@@ -330,6 +330,26 @@ fn conversions_round_like_half() {
 }
 
 #[test]
+fn math_fma_and_sfu_within_their_bounds() {
+    let inp = math::reference::math_inputs();
+    let n = inp.len() as u32;
+    let mut i = Buf::new(inp.clone());
+    let mut out = Buf::new(vec![0u32; n as usize * math::MATH_WORDS]);
+    let (ip, op) = (i.addr(), out.addr());
+    // SAFETY: the buffers outlive the run and have the sizes the kernel documents.
+    run(0, "math", x(4), x(128), 0, move || unsafe {
+        math::math(ip as *const f32, op as *mut u32, n)
+    });
+    let bad = math::reference::check_math(&inp, &out.0);
+    assert!(
+        bad.is_empty(),
+        "math: {} mismatches:\n{}",
+        bad.len(),
+        bad[..bad.len().min(12)].join("\n")
+    );
+}
+
+#[test]
 fn timers_and_fences() {
     let sleep_ns = 2000u32;
     let mut out = Buf::new(vec![0u64; 4 * timers::TIMER_WORDS]);

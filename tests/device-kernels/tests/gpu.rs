@@ -440,6 +440,34 @@ fn conversions_round_like_half() {
 }
 
 #[test]
+fn math_fma_and_sfu_within_their_bounds() {
+    let Some(g) = gpu("math_fma_and_sfu_within_their_bounds") else {
+        return;
+    };
+    let inp = math::reference::math_inputs();
+    let n = inp.len() as u32;
+    let i = g.upload(&inp);
+    let out = g.zeros::<u32>(inp.len() * math::MATH_WORDS);
+    // SAFETY: as documented.
+    unsafe {
+        g.stream
+            .launch_builder(&g.f("math"))
+            .arg(&i)
+            .arg(&out)
+            .arg(&n)
+            .launch(cfg((4, 1, 1), (128, 1, 1), 0))
+    }
+    .unwrap();
+    let bad = math::reference::check_math(&inp, &g.download(&out));
+    assert!(
+        bad.is_empty(),
+        "math: {} mismatches:\n{}",
+        bad.len(),
+        bad[..bad.len().min(12)].join("\n")
+    );
+}
+
+#[test]
 fn timers_and_fences() {
     let Some(g) = gpu("timers_and_fences") else {
         return;
