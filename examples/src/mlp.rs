@@ -36,7 +36,9 @@
 //! (`AsyncStream::capture`) that is replayed with new inputs written into `x`.
 
 use megaops::launch::AsInput;
-use megaops::{Device, DynGrid, DynRows, Error, LaunchOptions, LaunchTarget, R2, Result, Tensor, Tiled, bf16};
+use megaops::{
+    Device, DynGrid, DynRows, Error, LaunchOptions, LaunchTarget, R2, ReleaseNext, Result, Tensor, Tiled, bf16,
+};
 use megaops_kernels::elementwise::silu_mul;
 use megaops_kernels::gemm::{self, matmul};
 use megaops_kernels::gemv::plan::{self, SplitWorkspace};
@@ -129,6 +131,14 @@ pub enum MlpPath {
 }
 
 impl MlpPath {
+    /// The kernels of a forward pass on this path, in order ([`Mlp::forward_stage`]).
+    pub fn stages(self) -> &'static [&'static str] {
+        match self {
+            MlpPath::Decode => &["rmsnorm", "gate_up_silu (GEMV)", "down (GEMV)"],
+            MlpPath::Prefill => &["rmsnorm", "gate/up (GEMM)", "silu_mul", "down (GEMM)"],
+        }
+    }
+
     /// The path for `m` rows.
     pub fn for_rows(m: usize) -> MlpPath {
         if m <= DECODE_MAX_M {
@@ -236,9 +246,11 @@ impl Mlp {
     /// docs](self)); on an `AsyncStream` of several streams they overlap through the data
     /// tiles of `acts`' tensors.
     ///
-    /// Every `Tiled` tensor of `acts` is re-armed first, so the previous pass's output must
-    /// have no consumer left to launch; the output is produced (consumers launched after
-    /// this wait on its data tiles). Works inside `AsyncStream::capture`.
+    /// Each kernel re-arms the `Tiled` tensor it writes right before its launch, so the
+    /// previous pass's output must have no consumer left to launch; the output is
+    /// produced (consumers launched after this wait on its data tiles). Works inside
+    /// `AsyncStream::capture`. When an AsyncStream lets each kernel's successor start is
+    /// [`MlpActivations::release`].
     ///
     /// Graphs: eager passes and replays of a captured pass may alternate on the same
     /// `MlpActivations` (`Graph::launch` sets the semaphores back to the values the
@@ -249,6 +261,24 @@ impl Mlp {
         x: &(impl AsInput<bf16, R2> + ?Sized),
         acts: &mut MlpActivations,
     ) -> Result<()> {
+        for stage in 0..acts.path.stages().len() {
+            self.forward_stage(on, x, acts, stage)?;
+        }
+        Ok(())
+    }
+
+    /// Enqueues kernel `stage` of the forward pass alone (the names are
+    /// [`MlpPath::stages`]): re-arms its output and launches it on the intermediates of
+    /// `acts`, whose inputs must have been produced (by the previous stage, or by an
+    /// earlier pass, which makes a single stage repeatable for timing). [`Mlp::forward`]
+    /// is every stage in order.
+    pub fn forward_stage(
+        &self,
+        on: &impl LaunchTarget,
+        x: &(impl AsInput<bf16, R2> + ?Sized),
+        acts: &mut MlpActivations,
+        stage: usize,
+    ) -> Result<()> {
         if acts.config != self.config {
             return Err(Error::Shape(format!(
                 "MLP forward: activations built for {:?}, block is {:?}",
@@ -257,24 +287,15 @@ impl Mlp {
         }
         let c = self.config;
         let (m, h, inter) = (acts.m as u32, c.hidden as u32, c.inter as u32);
-        acts.xn.rearm();
-        acts.act.rearm();
-        acts.out.rearm();
-        if let Some(gu) = acts.gu.as_mut() {
-            gu.rearm();
-        }
-        match acts.path {
-            MlpPath::Decode => {
-                rmsnorm::launch_with(
-                    on,
-                    &LaunchOptions::config(0),
-                    x,
-                    &self.norm_w,
-                    &mut acts.xn,
-                    m,
-                    h,
-                    c.eps,
-                )?;
+        let opts = |config: usize| LaunchOptions::config(config).release_next(acts.release);
+        match (acts.path, stage) {
+            (_, 0) => {
+                acts.xn.rearm();
+                let config = if acts.path == MlpPath::Decode { 0 } else { 1 };
+                rmsnorm::launch_with(on, &opts(config), x, &self.norm_w, &mut acts.xn, m, h, c.eps)?;
+            }
+            (MlpPath::Decode, 1) => {
+                acts.act.rearm();
                 plan::gate_up(
                     on,
                     &acts.xn,
@@ -285,6 +306,9 @@ impl Mlp {
                     inter,
                     h,
                 )?;
+            }
+            (MlpPath::Decode, 2) => {
+                acts.out.rearm();
                 plan::linear(
                     on,
                     &acts.act,
@@ -296,36 +320,33 @@ impl Mlp {
                     inter,
                 )?;
             }
-            MlpPath::Prefill => {
+            (MlpPath::Prefill, 1 | 2) => {
                 let gu = acts
                     .gu
                     .as_mut()
                     .ok_or_else(|| Error::Invalid("MLP forward: prefill activations lack the gate/up tensor".into()))?;
-                let [cfg_gu, cfg_down] = acts.gemm_configs;
-                rmsnorm::launch_with(
-                    on,
-                    &LaunchOptions::config(1),
-                    x,
-                    &self.norm_w,
-                    &mut acts.xn,
-                    m,
-                    h,
-                    c.eps,
-                )?;
+                if stage == 1 {
+                    gu.rearm();
+                    matmul::launch_with(
+                        on,
+                        &opts(acts.gemm_configs[0]),
+                        &acts.xn,
+                        &self.w_gate_up,
+                        gu,
+                        m,
+                        2 * inter,
+                        h,
+                    )?;
+                } else {
+                    acts.act.rearm();
+                    silu_mul::launch_with(on, &opts(1), &*gu, &mut acts.act, m, inter)?;
+                }
+            }
+            (MlpPath::Prefill, 3) => {
+                acts.out.rearm();
                 matmul::launch_with(
                     on,
-                    &LaunchOptions::config(cfg_gu),
-                    &acts.xn,
-                    &self.w_gate_up,
-                    gu,
-                    m,
-                    2 * inter,
-                    h,
-                )?;
-                silu_mul::launch_with(on, &LaunchOptions::config(1), &*gu, &mut acts.act, m, inter)?;
-                matmul::launch_with(
-                    on,
-                    &LaunchOptions::config(cfg_down),
+                    &opts(acts.gemm_configs[1]),
                     &acts.act,
                     &self.w_down,
                     &mut acts.out,
@@ -333,6 +354,13 @@ impl Mlp {
                     h,
                     inter,
                 )?;
+            }
+            (path, _) => {
+                return Err(Error::Invalid(format!(
+                    "MLP forward: stage {stage} of the {path:?} path, which has {} ({:?})",
+                    path.stages().len(),
+                    path.stages()
+                )));
             }
         }
         Ok(())
@@ -403,6 +431,7 @@ pub struct MlpActivations {
     ws_gate_up: Option<SplitWorkspace>,
     ws_down: Option<SplitWorkspace>,
     gemm_configs: [usize; 2],
+    release: ReleaseNext,
 }
 
 impl MlpActivations {
@@ -447,6 +476,7 @@ impl MlpActivations {
                 ws_gate_up: Some(SplitWorkspace::new(device, m, inter, plan::MAX_SPLITS as usize, 2)?),
                 ws_down: Some(SplitWorkspace::new(device, m, h, plan::MAX_SPLITS as usize, 1)?),
                 gemm_configs: [0, 0],
+                release: ReleaseNext::FirstCta,
             },
             MlpPath::Prefill => MlpActivations {
                 config,
@@ -464,6 +494,7 @@ impl MlpActivations {
                 ws_gate_up: None,
                 ws_down: None,
                 gemm_configs: [gemm_config(m, 2 * inter, sms), gemm_config(m, h, sms)],
+                release: ReleaseNext::LastCta,
             },
         })
     }
@@ -499,6 +530,21 @@ impl MlpActivations {
         }
         self.gemm_configs = configs;
         Ok(())
+    }
+
+    /// When an AsyncStream lets the next kernel of the pass start, for the kernels that
+    /// take launch options (the norm, and on the prefill path every kernel; the decode
+    /// GEMVs run in one wave, where it makes no difference). Default: at the first CTA on
+    /// the decode path; at the last CTA on the prefill path, whose gate/up GEMM runs in
+    /// several waves: released earlier, the waiting CTAs of `silu_mul` and the down GEMM
+    /// hold registers and thread slots that the GEMM's later waves need.
+    pub fn release(&self) -> ReleaseNext {
+        self.release
+    }
+
+    /// Sets [`MlpActivations::release`].
+    pub fn set_release(&mut self, release: ReleaseNext) {
+        self.release = release;
     }
 
     /// The normalised input `xn = rmsnorm(x) · norm_w`, `[m, hidden]`.

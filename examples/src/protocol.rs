@@ -81,3 +81,14 @@ pub unsafe fn busy(ns: u64, ctas: u32) {
     let _ = t;
     spin_for(ns);
 }
+
+/// Each CTA `t` stores the low 32 bits of `%globaltimer` (ns) at its start into
+/// `starts[t]`, then spins `ns`: a kernel whose CTA dispatch times tests can compare.
+#[megaops::kernel(block = 32, tiles(t = ctas), tensor(starts[ctas]))]
+pub unsafe fn stamp(starts: *mut u32, ns: u64, ctas: u32) {
+    if thread_idx_x() == 0 {
+        // SAFETY: t < ctas, the length of `starts`.
+        unsafe { *starts.add(t as usize) = global_timer() as u32 };
+    }
+    spin_for(ns);
+}

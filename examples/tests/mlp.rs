@@ -10,7 +10,7 @@
 //! kernel writes fails the comparison.
 
 use megaops::testing::{POISON_WORD, assert_close, cpu_device, fresh_seed, gpu_or_skip, random, random_ints};
-use megaops::{AsyncStream, Device, Result, Tensor, bf16};
+use megaops::{AsyncStream, Device, ReleaseNext, Result, Tensor, bf16};
 use megaops_examples::mlp::{Mlp, MlpActivations, MlpConfig, MlpPath};
 use std::time::Instant;
 
@@ -181,6 +181,51 @@ fn prefill_path_on_the_cpu_backend() -> Result<()> {
         check_passes(&dev, &AsyncStream::serial(&dev)?, cfg, m, vseed ^ 7, gc, "serial")?;
     }
     eprintln!("prefill_path_on_the_cpu_backend: {:.1} s", t.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Single stages (`Mlp::forward_stage`, used to time each kernel alone): a forward pass
+/// run stage by stage, with one stage repeated on the inputs the previous pass left,
+/// gives the same checked results; the prefill path is also run with the early release
+/// (`ReleaseNext::FirstCta`, default `LastCta`); a stage the path lacks is refused.
+#[test]
+fn stages_alone_and_both_release_points_on_the_cpu_backend() -> Result<()> {
+    let seed = fresh_seed("stages_alone_and_both_release_points_on_the_cpu_backend");
+    for (i, (h, inter, m)) in [(64usize, 96usize, 3usize), (128, 192, 150)].into_iter().enumerate() {
+        let vseed = seed.wrapping_add(i as u64);
+        let dev = cpu_device(vseed)?;
+        let s = AsyncStream::new(&dev, 2)?;
+        let mlp = Mlp::random(&dev, MlpConfig::new(h, inter), vseed)?;
+        let mut acts = mlp.activations(&dev, m)?;
+        let want = if acts.path() == MlpPath::Decode {
+            ReleaseNext::FirstCta
+        } else {
+            ReleaseNext::LastCta
+        };
+        assert_eq!(acts.release(), want);
+        let stages = acts.path().stages().len();
+        let rows: Vec<usize> = (0..m).collect();
+        for (pass, release) in [ReleaseNext::FirstCta, ReleaseNext::LastCta].into_iter().enumerate() {
+            acts.set_release(release);
+            let x = random::<bf16>(m * h, 1.0, vseed ^ (0x2000 + pass as u64));
+            let xt = Tensor::from_slice(&dev, &[m, h], &x)?;
+            acts.fill(POISON)?;
+            for stage in 0..stages {
+                mlp.forward_stage(&s, &xt, &mut acts, stage)?;
+            }
+            // The last stage again, alone, on the intermediates of this pass.
+            mlp.forward_stage(&s, &xt, &mut acts, stages - 1)?;
+            s.synchronize()?;
+            let what = format!("stages h={h} inter={inter} m={m} {:?} {release:?}", acts.path());
+            check_stages(&mlp, &acts, &x, &rows, &what)?;
+            check_block(&mlp, &acts, &x, &rows, &what)?;
+        }
+        let x = Tensor::<bf16>::zeros(&dev, &[m, h])?;
+        let err = mlp
+            .forward_stage(&s, &x, &mut acts, stages)
+            .expect_err("a stage past the last");
+        assert!(err.to_string().contains(&format!("stage {stages} of the")), "{err}");
+    }
     Ok(())
 }
 

@@ -8,9 +8,9 @@
 use megaops::testing::{cpu_device, gpu_or_skip};
 use megaops::{
     AsyncOptions, AsyncStream, DataTiling, Device, DynGrid, DynRows, Error, Irregular, LaunchOptions, LaunchTarget, R2,
-    Result, Stream, Tensor, Tiled,
+    ReleaseNext, Result, Stream, Tensor, Tiled,
 };
-use megaops_examples::protocol::{busy, pattern, produce, row_sums};
+use megaops_examples::protocol::{busy, pattern, produce, row_sums, stamp};
 use std::time::Duration;
 
 fn expected_sums(m: u32, n: u32, seed: u32) -> Vec<f64> {
@@ -300,6 +300,80 @@ fn cta_remaps_keep_results() -> Result<()> {
         row_sums::launch_with(&s, &LaunchOptions::config(0).remap(remap), &y, &mut sums, m, n)?;
         check_sums("remap", &sums.to_vec()?, m, n, 1);
     }
+    Ok(())
+}
+
+#[test]
+fn a_producer_that_releases_its_consumer_at_its_last_cta_gives_the_same_results() -> Result<()> {
+    for seed in 0..4u64 {
+        let dev = cpu_device(seed)?;
+        let s = AsyncStream::new(&dev, 2)?;
+        // 1000 rows in 16-row tiles: 63 producer CTAs, more than the 4 virtual SMs hold.
+        let (m, n) = (1000u32, 40u32);
+        let mut y = Tiled::<f32, DynRows>::new(&dev, &[m as usize, n as usize], DynRows(16), "y")?;
+        let mut sums = Tensor::<f32>::full(&dev, &[m as usize], f32::NAN)?;
+        let last = LaunchOptions::config(0).release_next(ReleaseNext::LastCta);
+        produce::launch_with(&s, &last, &mut y, m, n, 5, 1_000)?;
+        row_sums::launch_with(&s, &LaunchOptions::config(0), &y, &mut sums, m, n)?;
+        check_sums("release at the last CTA", &sums.to_vec()?, m, n, 5);
+        // And a release at the last CTA of the last kernel: nobody waits for it.
+        y.rearm();
+        produce::launch_with(&s, &last, &mut y, m, n, 6, 0)?;
+        s.synchronize()?;
+    }
+    Ok(())
+}
+
+/// Start times (ns, relative to the first producer CTA's) of a long producer of many
+/// waves and of a consumer launched after it on the other stream.
+fn producer_then_consumer_starts(dev: &Device, release: ReleaseNext, ctas: u32) -> Result<(Vec<i64>, Vec<i64>)> {
+    let s = AsyncStream::new(dev, 2)?;
+    let mut p = Tensor::<u32>::zeros(dev, &[ctas as usize])?;
+    let mut c = Tensor::<u32>::zeros(dev, &[dev.sm_count() as usize])?;
+    stamp::launch_with(
+        &s,
+        &LaunchOptions::default().release_next(release),
+        &mut p,
+        20_000,
+        ctas,
+    )?;
+    stamp::launch(&s, &mut c, 0, dev.sm_count())?;
+    let (p, c) = (p.to_vec()?, c.to_vec()?);
+    let rel = |v: &[u32]| {
+        v.iter()
+            .map(|&t| t.wrapping_sub(p[0]) as i32 as i64)
+            .collect::<Vec<_>>()
+    };
+    Ok((rel(&p), rel(&c)))
+}
+
+// ---- The same on the GPU (skipped with a reason when there is none) ----
+
+#[test]
+fn gpu_a_consumer_released_at_the_last_cta_starts_after_every_producer_cta() -> Result<()> {
+    let Some(dev) = gpu_or_skip("gpu_release_at_last_cta") else {
+        return Ok(());
+    };
+    dev.preload(&megaops_examples::__MEGAOPS_PTX)?;
+    // 32-thread CTAs: at most 32 per SM, so 4 × 32 per SM is at least 4 waves of 20 µs.
+    let ctas = dev.sm_count() * 32 * 4;
+    let (p, c) = producer_then_consumer_starts(&dev, ReleaseNext::LastCta, ctas)?;
+    let (last, first_c) = (p[p.len() - 1], *c.iter().min().unwrap_or(&0));
+    let p_max = *p.iter().max().unwrap_or(&0);
+    eprintln!(
+        "release at the last CTA: producer last CTA at {last} ns, latest {p_max} ns; consumer first at {first_c} ns"
+    );
+    assert!(
+        first_c >= last,
+        "a consumer CTA started at {first_c} ns, before the producer's last CTA ({last} ns)"
+    );
+    // The default (first CTA) releases it earlier: report, do not assert (hardware dispatch order decides).
+    let (p, c) = producer_then_consumer_starts(&dev, ReleaseNext::FirstCta, ctas)?;
+    eprintln!(
+        "release at the first CTA: producer last CTA at {} ns; consumer first at {} ns",
+        p[p.len() - 1],
+        c.iter().min().unwrap_or(&0)
+    );
     Ok(())
 }
 

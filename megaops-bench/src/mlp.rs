@@ -10,7 +10,10 @@
 //! - **eager**: the same kernels launched one by one on the serial stream, each forward
 //!   timed with CUDA events (`harness::time_events`; includes launch overhead).
 //!
-//! The speedup column is serial graph / overlap. Each graph holds several forwards that
+//! The speedup column is serial graph / overlap. The overlap is timed twice: with the
+//! path's release point (`MlpActivations::release`: the last CTA of each kernel on the
+//! prefill path) and with every kernel releasing its successor at its first CTA. A second
+//! table times each kernel of the pass alone (`Mlp::forward_stage`). Each graph holds several forwards that
 //! rotate over enough weight sets (independent random blocks) to exceed twice the 50 MB
 //! L2, so the weights come from HBM as in a real forward pass. Before timing, each shape
 //! runs once with poisoned outputs and compares a few rows with the f64 reference
@@ -18,7 +21,7 @@
 
 use crate::harness::{Table, budget_s, f3, time_events, time_graph};
 use megaops::testing::{POISON_WORD, random, rel_error};
-use megaops::{AsyncStream, Device, Result, Tensor, bf16};
+use megaops::{AsyncStream, Device, ReleaseNext, Result, Tensor, bf16};
 use megaops_examples::mlp::{Mlp, MlpActivations, MlpConfig};
 use std::path::Path;
 use std::time::Instant;
@@ -70,7 +73,21 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
             "serial-graph µs",
             "eager µs",
             "speedup",
+            "overlap, first-CTA release µs",
+            "speedup, first-CTA release",
             "rel err",
+        ],
+    );
+    let mut stages_table = Table::new(
+        "MLP block: each kernel alone (serial graph of the same rotation), against the serial forward",
+        &[
+            "model",
+            "m",
+            "path",
+            "kernels",
+            "µs each",
+            "sum µs",
+            "serial forward µs",
         ],
     );
     'models: for (mi, (model, cfg)) in MODELS.into_iter().enumerate() {
@@ -112,18 +129,31 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
                         f3(r.serial_us),
                         f3(r.eager_us),
                         format!("{:.2}", r.serial_us / r.overlap_us),
+                        f3(r.overlap_first_us),
+                        format!("{:.2}", r.serial_us / r.overlap_first_us),
                         r.error.map_or("err".into(), |e| format!("{e:.1e}")),
+                    ]);
+                    let sum: f64 = r.stage_us.iter().sum();
+                    stages_table.row(vec![
+                        row[0].clone(),
+                        row[1].clone(),
+                        row[2].clone(),
+                        r.stages.join(" / "),
+                        r.stage_us.iter().map(|&t| f3(t)).collect::<Vec<_>>().join(" / "),
+                        f3(sum),
+                        f3(r.serial_us),
                     ]);
                 }
                 Err(e) => {
                     eprintln!("mlp {model} m={m}: {e}");
-                    row.extend(["err", "err", "err", "-", "-"].map(String::from));
+                    row.extend(["err", "err", "err", "-", "err", "-", "-"].map(String::from));
                 }
             }
             table.row(row);
         }
     }
     table.emit(out);
+    stages_table.emit(out);
     eprintln!("mlp suite: {:.1} s", start.elapsed().as_secs_f64());
     Ok(())
 }
@@ -140,9 +170,15 @@ struct Shape<'a> {
 
 /// What one shape measured (µs per forward).
 struct Measured {
+    /// Overlapped with the path's default release point (`MlpActivations::release`).
     overlap_us: f64,
+    /// Overlapped with every kernel releasing its successor at its first CTA.
+    overlap_first_us: f64,
     serial_us: f64,
     eager_us: f64,
+    /// The path's kernels and each one's time alone (serial graph).
+    stages: &'static [&'static str],
+    stage_us: Vec<f64>,
     /// Relative error of the checked rows (None: the check itself failed).
     error: Option<f64>,
 }
@@ -174,15 +210,37 @@ impl Shape<'_> {
         };
         // Decode forwards take microseconds: more of them per graph replay.
         let reps = if m <= 16 { sets * 16usize.div_ceil(sets) } else { sets };
+        let default_release = acts.release();
+        let overlap_us = time_graph(self.overlap, reps, self.replays, |s, i| {
+            self.mlps[i % sets].forward(s, &x, &mut acts)
+        })?
+        .median_us;
+        acts.set_release(ReleaseNext::FirstCta);
+        let overlap_first_us = time_graph(self.overlap, reps, self.replays, |s, i| {
+            self.mlps[i % sets].forward(s, &x, &mut acts)
+        })?
+        .median_us;
+        acts.set_release(default_release);
         let mut body = |s: &AsyncStream, i: usize| self.mlps[i % sets].forward(s, &x, &mut acts);
-        let overlap_us = time_graph(self.overlap, reps, self.replays, &mut body)?.median_us;
         let serial_us = time_graph(self.serial, reps, self.replays, &mut body)?.median_us;
         let serial = self.serial;
         let eager_us = time_events(&serial.streams()[0], 3, self.replays * reps.min(8), |i| body(serial, i))?.median_us;
+        // Each kernel alone, on the intermediates the passes above left.
+        let stages = acts.path().stages();
+        let mut stage_us = Vec::with_capacity(stages.len());
+        for stage in 0..stages.len() {
+            let t = time_graph(self.serial, reps, self.replays, |s, i| {
+                self.mlps[i % sets].forward_stage(s, &x, &mut acts, stage)
+            })?;
+            stage_us.push(t.median_us);
+        }
         Ok(Measured {
             overlap_us,
+            overlap_first_us,
             serial_us,
             eager_us,
+            stages,
+            stage_us,
             error,
         })
     }

@@ -890,6 +890,7 @@ fn sync_runtime_program(seed: u64, with_producer: bool) -> Result<(Vec<u32>, Vec
     let ctx = KernelCtx {
         begin_flag: std::ptr::null_mut(),
         begin_token: 0,
+        begin_cta: 0,
         launch_id: 3,
         remap: CtaRemap::IDENTITY,
         tile_grid: [2, 1, 1, 1],
@@ -960,5 +961,42 @@ fn the_sync_runtime_runs_on_the_virtual_gpu() {
             }
         }
         other => panic!("expected a deadlock, got {other:?}"),
+    }
+}
+
+#[test]
+fn only_ctas_from_begin_cta_on_raise_the_begin_flag() {
+    use megaops_device::sync::{self, CtaRemap, KernelCtx};
+    // A grid of 6 CTAs; begin_cta 6 names no CTA, so nobody may raise the flag.
+    for (begin_cta, raised) in [(0u32, true), (3, true), (5, true), (6, false)] {
+        for seed in 0..4 {
+            let flag = Arc::new(AtomicI32::new(0));
+            let ctx = KernelCtx {
+                begin_flag: flag.as_ptr(),
+                begin_token: 7,
+                begin_cta,
+                launch_id: 1,
+                remap: CtaRemap::IDENTITY,
+                tile_grid: [6, 1, 1, 1],
+                num_tiles: 6,
+                timeout_ns: u64::MAX,
+                errors: std::ptr::null_mut(),
+            };
+            let gpu = VirtualGpu::new(cfg(seed));
+            let s = gpu.create_stream();
+            let keep = flag.clone();
+            gpu.launch(
+                s,
+                CpuLaunch::new("begin", x(6), x(32), move || {
+                    let _ = &keep;
+                    // SAFETY: the flag is a live i32 (kept by the closure).
+                    unsafe { sync::kernel_begin_cta(&ctx) };
+                }),
+            )
+            .expect("valid launch");
+            gpu.synchronize().expect("no waits");
+            let want = if raised { 7 } else { 0 };
+            assert_eq!(flag.load(Ordering::SeqCst), want, "begin_cta {begin_cta}, seed {seed}");
+        }
     }
 }

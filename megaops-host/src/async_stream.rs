@@ -435,6 +435,7 @@ impl LaunchTarget for AsyncStream {
                 let ctx = KernelCtx {
                     begin_flag: std::ptr::null_mut(),
                     begin_token: 0,
+                    begin_cta: 0,
                     launch_id: wait_id,
                     remap: CtaRemap::IDENTITY,
                     tile_grid: [1; MAX_RANK],

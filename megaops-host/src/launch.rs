@@ -35,6 +35,22 @@ pub enum Remap {
     Table(Tensor<u32>),
 }
 
+/// When an [`AsyncStream`](crate::AsyncStream) lets the launch after this one start (the
+/// deadlock-freedom rule holds each launch until the previous one has begun, paper §2.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReleaseNext {
+    /// As soon as any CTA of this launch has started: the next kernel's CTAs may take SM
+    /// room while this one still has CTAs to dispatch (the earliest overlap).
+    #[default]
+    FirstCta,
+    /// Once this launch's last CTA (`blockIdx.x = gridDim.x - 1`) has started, i.e. all of
+    /// its CTAs are dispatched: the next kernel only fills the room this one's last wave
+    /// leaves. For a producer of several waves whose consumer's waiting CTAs would
+    /// otherwise hold SM resources (shared memory, registers, thread slots) that the
+    /// producer's remaining waves need.
+    LastCta,
+}
+
 /// Per-launch knobs. `Default` runs the first tile config with identity order.
 #[derive(Clone, Debug, Default)]
 pub struct LaunchOptions {
@@ -52,6 +68,8 @@ pub struct LaunchOptions {
     /// Run on the AsyncStream's SM partition (green context), e.g. for a communication
     /// kernel that must not compete with computation for SMs.
     pub partition: bool,
+    /// When an AsyncStream releases the next launch (ignored by plain streams).
+    pub release_next: ReleaseNext,
 }
 
 impl LaunchOptions {
@@ -90,6 +108,12 @@ impl LaunchOptions {
     /// Runs the launch on the AsyncStream's SM partition.
     pub fn on_partition(mut self) -> Self {
         self.partition = true;
+        self
+    }
+
+    /// Sets when an AsyncStream releases the next launch.
+    pub fn release_next(mut self, when: ReleaseNext) -> Self {
+        self.release_next = when;
         self
     }
 }
@@ -548,6 +572,11 @@ impl<'a> KernelLaunch<'a> {
         let ctx = KernelCtx {
             begin_flag: std::ptr::null_mut(),
             begin_token: 0,
+            begin_cta: match self.opts.release_next {
+                ReleaseNext::FirstCta => 0,
+                // `ctas >= 1` here (an empty launch returns below before it is submitted).
+                ReleaseNext::LastCta => (ctas as u32).saturating_sub(1),
+            },
             launch_id,
             remap,
             tile_grid,

@@ -32,7 +32,7 @@ pub use device::{DEFAULT_WAIT_TIMEOUT, Device};
 pub use dtype::{DType, DeviceValue};
 pub use error::{Error, Result, SyncFailure};
 pub use graph::Graph;
-pub use launch::{LaunchOptions, LaunchTarget, Remap};
+pub use launch::{LaunchOptions, LaunchTarget, ReleaseNext, Remap};
 pub use megaops_device::cpu::VgpuConfig;
 pub use module::PtxModule;
 pub use partition::SmPartition;

@@ -50,6 +50,10 @@ pub struct KernelCtx {
     pub begin_flag: *mut i32,
     /// Value stored at `begin_flag` when a CTA starts.
     pub begin_token: i32,
+    /// Only CTAs with `blockIdx.x >= begin_cta` raise the begin flag: 0 lets the next
+    /// launch go once any CTA has started, `gridDim.x - 1` once the last one has (all CTAs
+    /// dispatched, so the next kernel's CTAs never take SM room this one still needs).
+    pub begin_cta: u32,
     /// Host-assigned launch number, reported in errors.
     pub launch_id: u32,
     /// CTA → kernel-tile order.
