@@ -10,12 +10,19 @@
 //! - **eager**: the same kernels launched one by one on the serial stream, each forward
 //!   timed with CUDA events (`harness::time_events`; includes launch overhead).
 //!
+//! Each graph (and the eager run) is a chain of blocks as in a decoder stack: block `i`
+//! reads block `i - 1`'s output through its data tiles (block 0 reads `x`), and
+//! consecutive blocks write alternating sets of activations; the overlapped chain's
+//! output must equal the serial chain's bit for bit.
+//!
 //! The speedup column is serial graph / overlap. The overlap is timed twice: with the
 //! path's release point (`MlpActivations::release`: the last CTA of each kernel on the
 //! prefill path) and with every kernel releasing its successor at its first CTA. A second
-//! table times each kernel of the pass alone (`Mlp::forward_stage`). Each graph holds several forwards that
-//! rotate over enough weight sets (independent random blocks) to exceed twice the 50 MB
-//! L2, so the weights come from HBM as in a real forward pass. Before timing, each shape
+//! table times each kernel of the pass alone (`Mlp::forward_stage`; a kernel alone
+//! rotates over only its own weights, which may then fit in L2, e.g. the down projections
+//! of the Qwen3-0.6B sets). Each graph holds several forwards that rotate over enough
+//! weight sets (independent random blocks) to exceed twice the 50 MB L2, so the weights
+//! come from HBM as in a real forward pass. Before timing, each shape
 //! runs once with poisoned outputs and compares a few rows with the f64 reference
 //! (`Mlp::reference`); errors are printed and the suite moves on.
 
@@ -158,6 +165,30 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
     Ok(())
 }
 
+/// Two sets of activations for a chain of blocks.
+struct Chain {
+    acts: [MlpActivations; 2],
+}
+
+impl Chain {
+    /// Block `i` of the chain: input `x` for `i = 0`, else block `i - 1`'s output.
+    fn forward(&mut self, mlp: &Mlp, s: &AsyncStream, x: &Tensor<bf16>, i: usize) -> Result<()> {
+        let [a0, a1] = &mut self.acts;
+        let (prev, cur) = if i % 2 == 0 { (&*a1, a0) } else { (&*a0, a1) };
+        if i == 0 {
+            mlp.forward(s, x, cur)
+        } else {
+            mlp.forward(s, prev.output(), cur)
+        }
+    }
+
+    fn set_release(&mut self, release: ReleaseNext) {
+        for a in &mut self.acts {
+            a.set_release(release);
+        }
+    }
+}
+
 /// One model at one m.
 struct Shape<'a> {
     dev: &'a Device,
@@ -210,21 +241,51 @@ impl Shape<'_> {
         };
         // Decode forwards take microseconds: more of them per graph replay.
         let reps = if m <= 16 { sets * 16usize.div_ceil(sets) } else { sets };
-        let default_release = acts.release();
+        // Blocks chained as in a decoder stack: block i reads block i - 1's Tiled output
+        // (block 0 reads x) and writes the activations of parity i % 2.
+        let mut chain = Chain {
+            acts: [
+                MlpActivations::new(self.dev, cfg, m)?,
+                MlpActivations::new(self.dev, cfg, m)?,
+            ],
+        };
+        let default_release = chain.acts[0].release();
         let overlap_us = time_graph(self.overlap, reps, self.replays, |s, i| {
-            self.mlps[i % sets].forward(s, &x, &mut acts)
+            chain.forward(&self.mlps[i % sets], s, &x, i)
         })?
         .median_us;
-        acts.set_release(ReleaseNext::FirstCta);
+        self.overlap.synchronize()?;
+        let overlap_out = chain.acts[(reps - 1) % 2].output().to_vec()?;
+        chain.set_release(ReleaseNext::FirstCta);
         let overlap_first_us = time_graph(self.overlap, reps, self.replays, |s, i| {
-            self.mlps[i % sets].forward(s, &x, &mut acts)
+            chain.forward(&self.mlps[i % sets], s, &x, i)
         })?
         .median_us;
-        acts.set_release(default_release);
-        let mut body = |s: &AsyncStream, i: usize| self.mlps[i % sets].forward(s, &x, &mut acts);
-        let serial_us = time_graph(self.serial, reps, self.replays, &mut body)?.median_us;
+        chain.set_release(default_release);
+        let serial_us = time_graph(self.serial, reps, self.replays, |s, i| {
+            chain.forward(&self.mlps[i % sets], s, &x, i)
+        })?
+        .median_us;
+        self.serial.synchronize()?;
+        // The same kernels on the same inputs: the overlapped chain must give the very
+        // same bits (every kernel sums in a fixed order).
+        let serial_out = chain.acts[(reps - 1) % 2].output().to_vec()?;
+        let same = overlap_out
+            .iter()
+            .zip(&serial_out)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        if !same || overlap_out.iter().any(|v| !v.to_f64().is_finite()) {
+            eprintln!(
+                "mlp {}×{} m={m}: the overlapped chain's output differs from the serial one's",
+                cfg.hidden, cfg.inter
+            );
+            return Err(megaops::Error::Invalid("overlapped and serial chains disagree".into()));
+        }
         let serial = self.serial;
-        let eager_us = time_events(&serial.streams()[0], 3, self.replays * reps.min(8), |i| body(serial, i))?.median_us;
+        let eager_us = time_events(&serial.streams()[0], 3, self.replays * reps.min(8), |i| {
+            chain.forward(&self.mlps[i % sets], serial, &x, i)
+        })?
+        .median_us;
         // Each kernel alone, on the intermediates the passes above left.
         let stages = acts.path().stages();
         let mut stage_us = Vec::with_capacity(stages.len());
