@@ -6,11 +6,14 @@
 //! - *signal*: all threads of the CTA finish their stores of the tile and meet at a
 //!   barrier (`bar.red.or`, which also tells everyone whether a wait failed); then thread 0
 //!   issues `fence.acq_rel.gpu` and one `red.release.gpu.global.add.s32` per data tile.
-//! - *wait*: every thread that reads the input acquires the semaphores itself
-//!   (`ld.acquire.gpu`; the lanes of a warp load the same address, so this is one
-//!   transaction per warp). Waiting per thread instead of "thread 0 then barrier" keeps the
-//!   wait correct wherever the macro places it — also after an early `return` of some
-//!   threads or inside divergent code — and gives each reader its own acquire.
+//! - *wait*: every thread that reads the input acquires the semaphores itself: it reads
+//!   all of them with `ld.relaxed.gpu` (eight at a time, so the round trips overlap; the
+//!   lanes of a warp load the same address, one transaction per warp) and, if all are
+//!   ready, issues one `fence.acq_rel.gpu` (an acquire pattern); otherwise it sleeps and
+//!   scans again from the first tile that was not ready. Waiting per thread instead of "thread 0 then
+//!   barrier" keeps the wait correct wherever the macro places it — also after an early
+//!   `return` of some threads or inside divergent code — and gives each reader its own
+//!   acquire.
 //! - a wait that is not satisfied spins with `nanosleep` back-off and gives up after
 //!   `ctx.timeout_ns` of `%globaltimer`: it records (launch, tile, tensor, semaphore
 //!   index, value, target) in the device error log, raises the log's abort flag (which
@@ -20,8 +23,9 @@
 //!   structurally and reports the same site.
 
 use super::args::*;
-use super::tiling::{covered_box, is_designated, sem_index, signal_increment, target_of};
-use crate::atomic::{self, Acquire, Gpu, Relaxed, Release};
+use super::tiling::{TileBox, covered_box, is_designated, sem_index, signal_increment, target_of};
+use crate::atomic::{self, AcqRel, Acquire, Gpu, Relaxed, Release};
+use crate::fence::fence;
 use crate::thread::{block_idx_x, linear_thread_idx, sync_threads_or};
 
 /// Records that this CTA has started, for the AsyncStream wait kernel that holds the next
@@ -96,13 +100,19 @@ pub unsafe fn wait_input(ctx: &KernelCtx, tile: u32, sync: &TileSync, region: &[
     // SAFETY: the tiling's bounds tables are valid (caller's contract).
     let tiles = unsafe { covered_box(&sync.dims, sync.rank, region) };
     let n = tiles.len();
+    let mut spin = Spin::new();
     let mut k = 0;
-    while k < n {
-        let idx = sem_index(&sync.dims, sync.rank, &tiles.coords(k));
-        // SAFETY: idx < number of semaphores of the tiling, which the host allocated.
-        let sem = unsafe { sync.sema.add(idx as usize) };
+    loop {
+        // SAFETY: the semaphores of the tiling are valid (caller's contract).
+        let Some((pk, idx, value)) = (unsafe { first_pending(sync, &tiles, n, k) }) else {
+            fence(AcqRel, Gpu);
+            return true;
+        };
+        // Data tiles before `pk` were ready, and a ready tile stays ready in this epoch.
+        k = pk;
         let site = WaitSite {
-            sem,
+            // SAFETY: idx < number of semaphores of the tiling.
+            sem: unsafe { sync.sema.add(idx as usize) },
             target: sync.target,
             launch_id: ctx.launch_id,
             tile,
@@ -110,12 +120,102 @@ pub unsafe fn wait_input(ctx: &KernelCtx, tile: u32, sync: &TileSync, region: &[
             sem_index: idx,
         };
         // SAFETY: forwarded contract.
-        if !unsafe { wait_one(ctx, &site) } {
+        if !unsafe { spin.step(ctx, &site, value) } {
             return false;
         }
-        k += 1;
     }
-    true
+}
+
+/// Semaphores [`first_pending`] reads before it compares any of them.
+const WAIT_BATCH: usize = 8;
+
+/// The first data tile of `tiles`, from the `from`-th on, whose semaphore has not reached
+/// `sync.target`: `(k, semaphore index, value)`, or `None` if all have. Relaxed loads,
+/// [`WAIT_BATCH`] at a time so that their round trips overlap; the caller's
+/// `fence.acq_rel.gpu` after a `None` makes them an acquire pattern of the PTX memory
+/// model, which synchronises with each producer's release. (One `ld.acquire.gpu` per data
+/// tile costs a full memory round trip each, in sequence: microseconds for a GEMV that
+/// reads dozens of data tiles.)
+///
+/// # Safety
+/// As for [`wait_input`].
+#[inline(always)]
+unsafe fn first_pending(sync: &TileSync, tiles: &TileBox, n: u32, from: u32) -> Option<(u32, u32, i32)> {
+    let mut k = from;
+    while k < n {
+        // Constant-index loops: the batch stays in registers.
+        let mut idx = [0u32; WAIT_BATCH];
+        let mut vals = [sync.target; WAIT_BATCH];
+        #[allow(clippy::needless_range_loop)]
+        for j in 0..WAIT_BATCH {
+            if k + (j as u32) < n {
+                idx[j] = sem_index(&sync.dims, sync.rank, &tiles.coords(k + j as u32));
+                // SAFETY: idx < number of semaphores of the tiling, which the host allocated.
+                vals[j] = unsafe { atomic::load(sync.sema.add(idx[j] as usize), Relaxed, Gpu) };
+            }
+        }
+        #[allow(clippy::needless_range_loop)]
+        for j in 0..WAIT_BATCH {
+            if vals[j].wrapping_sub(sync.target) < 0 {
+                return Some((k + j as u32, idx[j], vals[j]));
+            }
+        }
+        k += WAIT_BATCH as u32;
+    }
+    None
+}
+
+/// The waiting between two scans of [`wait_input`]: timeout, abort and back-off.
+struct Spin {
+    /// `%globaltimer` at the first step (0: not started).
+    #[cfg_attr(not(target_arch = "nvptx64"), allow(dead_code))]
+    start: u64,
+    #[cfg_attr(not(target_arch = "nvptx64"), allow(dead_code))]
+    backoff: u32,
+}
+
+impl Spin {
+    #[inline(always)]
+    fn new() -> Spin {
+        Spin { start: 0, backoff: 32 }
+    }
+
+    /// Waits a little for `site` (last seen at `value`); `false` if the wait has failed
+    /// (timeout: recorded in the error log; abort raised by another waiter).
+    ///
+    /// # Safety
+    /// As for [`wait_input`].
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    unsafe fn step(&mut self, ctx: &KernelCtx, site: &WaitSite, value: i32) -> bool {
+        use crate::time::{global_timer, nanosleep};
+        let now = global_timer();
+        if self.start == 0 {
+            self.start = now;
+        }
+        // SAFETY: errors is null or a valid log (caller's contract).
+        if !ctx.errors.is_null() && unsafe { atomic::load(&raw const (*ctx.errors).abort, Relaxed, Gpu) } != 0 {
+            return false;
+        }
+        let waited = now.wrapping_sub(self.start);
+        if waited > ctx.timeout_ns {
+            // SAFETY: forwarded contract.
+            unsafe { record_timeout(ctx, site, value, waited) };
+            return false;
+        }
+        // Short sleeps: a consumer that overslept its producer's last tile delays the
+        // whole overlap.
+        nanosleep(self.backoff);
+        self.backoff = (self.backoff * 2).min(256);
+        true
+    }
+
+    /// CPU backend: blocks in the virtual GPU until the semaphore is ready (or reports a
+    /// deadlock and returns `false`).
+    #[cfg(not(target_arch = "nvptx64"))]
+    unsafe fn step(&mut self, _ctx: &KernelCtx, site: &WaitSite, _value: i32) -> bool {
+        crate::cpu::hooks::wait_until(site)
+    }
 }
 
 /// Spins until `site.sem` reaches `site.target`.
