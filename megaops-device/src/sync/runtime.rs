@@ -4,8 +4,10 @@
 //!
 //! Memory ordering (DESIGN.md "Memory ordering"):
 //! - *signal*: all threads of the CTA finish their stores of the tile and meet at a
-//!   barrier (`bar.red.or`, which also tells everyone whether a wait failed); then thread 0
-//!   issues `fence.acq_rel.gpu` and one `red.release.gpu.global.add.s32` per data tile.
+//!   barrier (`bar.red.or`, which also tells everyone whether a wait failed); then the
+//!   first warp issues `fence.acq_rel.gpu` and its lanes share out one
+//!   `red.relaxed.gpu.global.add.s32` per data tile (fence then strong write: a release
+//!   pattern; the barrier makes every thread's stores precede the fence).
 //! - *wait*: every thread that reads the input acquires the semaphores itself: it reads
 //!   all of them with `ld.relaxed.gpu` (eight at a time, so the round trips overlap; the
 //!   lanes of a warp load the same address, one transaction per warp) and, if all are
@@ -24,7 +26,7 @@
 
 use super::args::*;
 use super::tiling::{TileBox, covered_box, is_designated, sem_index, signal_increment, target_of};
-use crate::atomic::{self, AcqRel, Acquire, Gpu, Relaxed, Release};
+use crate::atomic::{self, AcqRel, Acquire, Gpu, Relaxed};
 use crate::fence::fence;
 use crate::thread::{block_idx_x, linear_thread_idx, sync_threads_or};
 
@@ -134,8 +136,7 @@ const WAIT_BATCH: usize = 8;
 /// [`WAIT_BATCH`] at a time so that their round trips overlap; the caller's
 /// `fence.acq_rel.gpu` after a `None` makes them an acquire pattern of the PTX memory
 /// model, which synchronises with each producer's release. (One `ld.acquire.gpu` per data
-/// tile costs a full memory round trip each, in sequence: microseconds for a GEMV that
-/// reads dozens of data tiles.)
+/// tile would be one ordered round trip after another.)
 ///
 /// # Safety
 /// As for [`wait_input`].
@@ -291,7 +292,7 @@ unsafe fn record_timeout(ctx: &KernelCtx, site: &WaitSite, value: i32, waited_ns
                 waited_ns,
             });
         }
-        atomic::store(&raw mut (*log).abort, 1i32, Release, Gpu);
+        atomic::store(&raw mut (*log).abort, 1i32, atomic::Release, Gpu);
     }
 }
 
@@ -322,14 +323,19 @@ pub unsafe fn signal_output(sync: &TileSync, region: &[(u32, u32); MAX_RANK], pr
     // bar.red.or: every thread's stores of the tile happen before thread 0's release, and
     // all threads learn whether any of them gave the tile up.
     let any_failed = sync_threads_or(failed);
-    if any_failed || linear_thread_idx() != 0 {
+    let lane = linear_thread_idx();
+    if any_failed || lane >= SIGNAL_LANES {
         return;
     }
     // SAFETY: valid bounds tables (caller's contract).
     let tiles = unsafe { covered_box(&sync.dims, sync.rank, region) };
     let n = tiles.len();
-    crate::fence::fence(crate::fence::AcqRel, Gpu);
-    let mut k = 0;
+    // Release pattern: each signalling lane's `fence.acq_rel.gpu` (one instruction for the
+    // warp), then relaxed reductions. The lanes share out the data tiles: a CTA that
+    // writes many data tiles (a GEMV column tile across 16 row tiles) does not pay one
+    // ordered release after another.
+    fence(AcqRel, Gpu);
+    let mut k = lane;
     while k < n {
         let coords = tiles.coords(k);
         let idx = sem_index(&sync.dims, sync.rank, &coords);
@@ -345,13 +351,16 @@ pub unsafe fn signal_output(sync: &TileSync, region: &[(u32, u32); MAX_RANK], pr
             atomic::red_add(
                 sync.sema.add(idx as usize),
                 signal_increment(designated, target),
-                Release,
+                Relaxed,
                 Gpu,
             )
         };
-        k += 1;
+        k += SIGNAL_LANES;
     }
 }
+
+/// Threads of a CTA (its first warp) that share out [`signal_output`]'s reductions.
+const SIGNAL_LANES: u32 = 32;
 
 /// Element region of a kernel tile along one dimension: tile `coord` of `ktile` elements,
 /// or the whole dimension when `ktile == 0`, clamped to `size`.
