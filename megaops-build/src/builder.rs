@@ -124,7 +124,19 @@ impl PtxBuilder {
 
         let mut embedded = Vec::new();
         for arch in &archs {
-            let ptx = self.compile(&tc, arch, &target_dir.join(arch.name()), &linker)?;
+            let arch_dir = target_dir.join(arch.name());
+            let ptx = self.compile(&tc, arch, &arch_dir, &linker)?;
+            // The PTX depends on every crate compiled into it (megaops-device, the macros'
+            // expansions, ...), not only this package's `src`: cargo reruns this script
+            // only for the files named here, so name all of them, from the device build's
+            // dep-info.
+            let dep_info = arch_dir
+                .join("nvptx64-nvidia-cuda/megaops-ptx")
+                .join(format!("{}.d", self.lib_name));
+            let text = std::fs::read_to_string(&dep_info).map_err(|e| BuildError::io("reading", &dep_info, e))?;
+            for path in dep_info_sources(&text) {
+                println!("cargo::rerun-if-changed={path}");
+            }
             let dest = self.out_dir.join(format!("{}.{}.ptx", self.lib_name, arch.name()));
             std::fs::copy(&ptx, &dest).map_err(|e| BuildError::io("copying", &ptx, e))?;
             embedded.push((arch.clone(), dest));
@@ -213,6 +225,42 @@ impl PtxBuilder {
     }
 }
 
+/// The source files a cargo dep-info file (`target: dep dep ...`, spaces in paths escaped
+/// with a backslash) lists, less those of the Rust sysroot and of registry crates, which
+/// change only with the toolchain or the lock file.
+fn dep_info_sources(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        // The first `: ` not preceded by a backslash ends the target.
+        let Some(colon) = line.find(": ") else {
+            continue;
+        };
+        let mut path = String::new();
+        let mut chars = line[colon + 2..].chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if chars.peek() == Some(&' ') => {
+                    path.push(' ');
+                    chars.next();
+                }
+                ' ' => {
+                    if !path.is_empty() {
+                        out.push(std::mem::take(&mut path));
+                    }
+                }
+                _ => path.push(c),
+            }
+        }
+        if !path.is_empty() {
+            out.push(path);
+        }
+    }
+    out.retain(|p| !p.contains("/lib/rustlib/") && !p.contains("/registry/src/"));
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// `<target>/<profile>/build/<pkg>-<hash>/out` → `<target>/megaops-ptx`.
 fn default_target_dir(out_dir: &Path) -> PathBuf {
     out_dir
@@ -225,6 +273,15 @@ fn default_target_dir(out_dir: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dep_info_lists_local_sources_with_escaped_spaces() {
+        let text = "/t/x.ptx: /w/megaops-device/src/lib.rs /w/my\\ dir/a.rs /r/lib/rustlib/src/rust/library/core/src/lib.rs /h/.cargo/registry/src/index/half-2/src/lib.rs /w/megaops-device/src/lib.rs\n\n/w/megaops-device/src/lib.rs:\n";
+        assert_eq!(
+            dep_info_sources(text),
+            vec!["/w/megaops-device/src/lib.rs".to_string(), "/w/my dir/a.rs".to_string()]
+        );
+    }
 
     #[test]
     fn parses_archs() {
