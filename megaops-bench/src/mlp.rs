@@ -174,7 +174,7 @@ impl Chain {
     /// Block `i` of the chain: input `x` for `i = 0`, else block `i - 1`'s output.
     fn forward(&mut self, mlp: &Mlp, s: &AsyncStream, x: &Tensor<bf16>, i: usize) -> Result<()> {
         let [a0, a1] = &mut self.acts;
-        let (prev, cur) = if i % 2 == 0 { (&*a1, a0) } else { (&*a0, a1) };
+        let (prev, cur) = if i.is_multiple_of(2) { (&*a1, a0) } else { (&*a0, a1) };
         if i == 0 {
             mlp.forward(s, x, cur)
         } else {
