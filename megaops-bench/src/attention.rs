@@ -128,7 +128,17 @@ fn report(what: &str, t: Result<Table>, out: Option<&Path>) {
 fn decode_table(suite: &Suite) -> Result<Table> {
     let mut t = Table::new(
         "Decode attention (MegaOps split-KV, bf16 KV cache)",
-        &["model", "batch", "context", "splits", "µs", "KV GB/s", "% of 4.28 TB/s"],
+        &[
+            "model",
+            "batch",
+            "context",
+            "splits",
+            "µs",
+            "KV GB/s",
+            "% of 4.28 TB/s",
+            "µs per split count (¼, ½, 1, 2, 4 × splits)",
+            "best splits",
+        ],
     );
     for (model, hq, hkv, d) in MODELS {
         for batch in [1usize, 4, 16] {
@@ -137,17 +147,39 @@ fn decode_table(suite: &Suite) -> Result<Table> {
                     eprintln!("decode {model} b={batch} ctx={ctx}: skipped (time budget)");
                     continue;
                 }
-                match decode_case(suite, hq, hkv, d, batch, ctx) {
-                    Ok((splits, st, bytes)) => {
+                let plan = decode::splits_for(batch as u32, hkv as u32, ctx as u32, suite.dev.sm_count());
+                // The planner's split count, and others around it (how far from the best it is).
+                let mut others = Vec::new();
+                for f in [0.25f64, 0.5, 2.0, 4.0] {
+                    let s = ((plan as f64 * f).round() as u32).clamp(1, (ctx as u32).div_ceil(16));
+                    others.push(s);
+                }
+                match decode_case(suite, hq, hkv, d, batch, ctx, plan) {
+                    Ok((st, bytes)) => {
                         let gbps = bytes / st.median_us * 1e-3;
+                        let mut sweep = Vec::new();
+                        let mut best = (plan, st.median_us);
+                        for &s in &others {
+                            match decode_case(suite, hq, hkv, d, batch, ctx, s) {
+                                Ok((o, _)) => {
+                                    sweep.push(format!("{s}: {}", f3(o.median_us)));
+                                    if o.median_us < best.1 {
+                                        best = (s, o.median_us);
+                                    }
+                                }
+                                Err(e) => eprintln!("decode {model} b={batch} ctx={ctx} splits={s}: {e}"),
+                            }
+                        }
                         t.row(vec![
                             model.into(),
                             batch.to_string(),
                             ctx.to_string(),
-                            splits.to_string(),
+                            plan.to_string(),
                             f3(st.median_us),
                             f3(gbps),
                             f3(100.0 * gbps / suite.read_gbps),
+                            sweep.join(", "),
+                            format!("{} ({})", best.0, f3(best.1)),
                         ]);
                     }
                     Err(e) => eprintln!("decode {model} b={batch} ctx={ctx}: {e}"),
@@ -158,8 +190,16 @@ fn decode_table(suite: &Suite) -> Result<Table> {
     Ok(t)
 }
 
-/// One decode shape: (splits, timing, K+V bytes per launch).
-fn decode_case(suite: &Suite, hq: usize, hkv: usize, d: usize, batch: usize, ctx: usize) -> Result<(u32, Stats, f64)> {
+/// One decode shape with `splits` splits: (timing, K+V bytes per launch).
+fn decode_case(
+    suite: &Suite,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    batch: usize,
+    ctx: usize,
+    splits: u32,
+) -> Result<(Stats, f64)> {
     let dev = suite.dev;
     let rows = batch * ctx;
     let width = hkv * d;
@@ -175,7 +215,6 @@ fn decode_case(suite: &Suite, hq: usize, hkv: usize, d: usize, batch: usize, ctx
         .collect::<Result<_>>()?;
     let q = Suite::view(&suite.k_pool, batch, hq * d, 7)?;
     let lens = Tensor::from_slice(dev, &[batch], &vec![ctx as u32; batch])?;
-    let splits = decode::splits_for(batch as u32, hkv as u32, ctx as u32, dev.sm_count());
     let mut ws = DecodeWorkspace::new(dev, batch as u32, hq as u32, hkv as u32, d as u32, splits)?;
     let mut o = Tensor::<bf16>::zeros(dev, &[batch, hq * d])?;
     let config = decode::config_index(d as u32, hq as u32, hkv as u32)
@@ -203,7 +242,7 @@ fn decode_case(suite: &Suite, hq: usize, hkv: usize, d: usize, batch: usize, ctx
             1.0 / (d as f32).sqrt(),
         )
     })?;
-    Ok((splits, st, bytes))
+    Ok((st, bytes))
 }
 
 fn prefill_table(suite: &Suite) -> Result<Table> {
