@@ -544,12 +544,15 @@ mod host {
 
     /// A split count for `batch` sequences of up to `max_len` positions and `hkv` kv
     /// heads on `sms` SMs: one wave of about three CTAs per SM (the residency of the
-    /// `G = 4`, `D = 128` config at ~150 registers), so that no partial second wave
-    /// lengthens the launch, with at least 64 positions per split and at most 64 splits.
+    /// `G = 4`, `D = 128` config at ~167 registers), so that no partial second wave
+    /// lengthens the launch, with at least 128 positions per split and at most 64 splits.
+    /// (On the H200, with one batch, 25 or 8 splits beat 49 or 16 at 4 K or 1 K positions,
+    /// while 49 stayed best at 16 K: below ~128 positions a CTA's fixed cost — q load,
+    /// merge across warps, partial write — and the combine outweigh the parallelism.)
     pub fn splits_for(batch: u32, hkv: u32, max_len: u32, sms: u32) -> u32 {
         let pairs = (batch * hkv).max(1);
         let want = (3 * sms) / pairs;
-        want.min(max_len.div_ceil(64)).clamp(1, 64)
+        want.min(max_len.div_ceil(128)).clamp(1, 64)
     }
 
     /// The scratch tensors of `decode_attention` for one shape: per-split partial outputs

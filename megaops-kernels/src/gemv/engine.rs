@@ -36,9 +36,8 @@
 //! (≈ 1.5 batches in flight on average, `RG × 2 × U` 16-byte loads per lane each). The
 //! first `PF ≤ 2` batches are loaded before the kernel waits for `x` (weight prefetch,
 //! paper §3.1): weights do not depend on the producer, so their latency overlaps the
-//! previous kernel; the next [`L2_PREFETCH`] batches are requested into L2
-//! (`prefetch.global.L2`) at the same point. (A deeper register ring would need run-time
-//! indexing of register arrays, which would put them in local memory.)
+//! previous kernel. (A deeper ring would need run-time indexing of register arrays, which
+//! would put them in local memory.)
 
 use crate::attention::math::unroll;
 use megaops::bf16;
@@ -48,11 +47,6 @@ use megaops::device::{convert, fence, memory, mma, thread};
 
 /// k elements per chunk: the quad of lanes of a row reads 4 × 8 elements, two `k16` steps.
 pub const CHUNK_K: u32 = 32;
-
-/// Warp-local batches past the `PF` register batches that the weight prefetch asks L2 for
-/// (`prefetch.global.L2`, no registers), so that more of a consumer's weights are on the
-/// way while it waits for its input.
-pub const L2_PREFETCH: u32 = 2;
 /// W rows per warp: one `m16` tile.
 pub const WARP_ROWS: u32 = 16;
 /// Tokens per `mma` n-tile.
@@ -83,16 +77,6 @@ impl Row {
         Row {
             ptr: base.wrapping_add(index as usize * len as usize),
             lim: if index < rows { len } else { 0 },
-        }
-    }
-
-    /// Asks L2 for the cache line holding element `kk` (nothing past the end of the row).
-    /// Emits `prefetch.global.L2`.
-    #[inline(always)]
-    pub fn prefetch_l2(self, kk: u32) {
-        if kk < self.lim {
-            // SAFETY: an address inside the row, which lies in global memory.
-            unsafe { memory::prefetch_l2(self.ptr.wrapping_add(kk as usize)) };
         }
     }
 
@@ -247,30 +231,7 @@ impl<const RG: usize> WarpJob<RG> {
         };
         // SAFETY: forwarded from the caller.
         unsafe { self.fill(&mut ring, 0, PF) };
-        if PF > 0 && self.fast {
-            self.prefetch_l2::<U>(PF as u32, PF as u32 + L2_PREFETCH);
-        }
         ring
-    }
-
-    /// Asks L2 for warp-local batches `from..to` (those below `nb`): one
-    /// `prefetch.global.L2` per row and pair of chunks (a 128-byte line), from each lane.
-    #[inline(always)]
-    fn prefetch_l2<const U: usize>(&self, from: u32, to: u32) {
-        let mut j = from;
-        while j < to.min(self.nb) {
-            let k0 = self.origin::<U>(j);
-            unroll!(RG, max 2, |rg| {
-                unroll!(2, max 2, |h| {
-                    let mut u = 0;
-                    while u < U {
-                        self.rows[rg][h].prefetch_l2(k0 + CHUNK_K * u as u32);
-                        u += 2;
-                    }
-                });
-            });
-            j += 1;
-        }
     }
 
     /// Loads batch 0 into slot `a` if `from == 0 < to` and batch 1 into slot `b` if
