@@ -6,10 +6,11 @@ use crate::backend::cuda::{CudaDevice, lock};
 use crate::buffer::Buffer;
 use crate::error::{CudaContext as _, Error, Result, SyncFailure};
 use crate::notes::LaunchNotes;
+use crate::tensor::Tensor;
 use megaops_device::cpu::{CpuError, VgpuConfig};
 use megaops_device::sync::ErrorLog;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 /// A device kernels run on: an NVIDIA GPU, or the CPU backend's virtual GPU. Cheap to
@@ -32,6 +33,8 @@ struct DeviceInner {
     next_tensor: AtomicU32,
     timeout_ns: AtomicU64,
     pub(crate) notes: Mutex<LaunchNotes>,
+    /// Registered ticket counters: (allocation, byte offset, bytes).
+    tickets: Mutex<Vec<(Weak<Buffer>, usize, usize)>>,
 }
 
 /// Default time a tile wait spins before it reports a timeout.
@@ -47,6 +50,7 @@ impl Device {
                 next_tensor: AtomicU32::new(1),
                 timeout_ns: AtomicU64::new(DEFAULT_WAIT_TIMEOUT.as_nanos() as u64),
                 notes: Mutex::new(LaunchNotes::default()),
+                tickets: Mutex::new(Vec::new()),
             }),
         };
         let log = Arc::new(Buffer::new(&dev, std::mem::size_of::<ErrorLog>())?);
@@ -207,6 +211,41 @@ impl Device {
         self.check_error_log()
     }
 
+    /// Registers `counters` as ticket counters (split-K and "last CTA" reductions): u32s
+    /// that every complete launch leaves zero. A launch that fails — a tile wait that
+    /// times out, a CPU-backend deadlock — can leave some raised, which would silently
+    /// corrupt the next launch that uses them; so when the device reports such a failure
+    /// it waits for all queued work and zeroes every registered counter that is still
+    /// allocated. The kernel library's workspaces register theirs.
+    pub fn register_tickets(&self, counters: &Tensor<u32>) {
+        let offset = (counters.addr() - counters.buffer().addr()) as usize;
+        let mut t = lock(&self.inner.tickets);
+        t.retain(|(b, _, _)| b.strong_count() > 0);
+        t.push((Arc::downgrade(counters.buffer()), offset, counters.size_bytes()));
+    }
+
+    /// After a reported synchronisation failure: waits for all work, then zeroes the
+    /// registered ticket counters. Returns a note for the error message if that failed.
+    fn rearm_tickets(&self) -> Option<String> {
+        let waited = match self.backend() {
+            DeviceBackend::Cuda(c) => c.ctx.synchronize().ctx(|| "synchronising the device".into()),
+            DeviceBackend::Cpu(c) => c.vgpu.synchronize().map_err(|e| Error::Cpu(e.to_string())),
+        };
+        if let Err(e) = waited {
+            return Some(format!("(ticket counters not re-zeroed: {e})"));
+        }
+        let live: Vec<(Arc<Buffer>, usize, usize)> = lock(&self.inner.tickets)
+            .iter()
+            .filter_map(|(b, o, n)| b.upgrade().map(|b| (b, *o, *n)))
+            .collect();
+        for (buf, offset, bytes) in live {
+            if let Err(e) = self.copy_to_device(&buf, offset, &vec![0u8; bytes]) {
+                return Some(format!("(ticket counters not re-zeroed: {e})"));
+            }
+        }
+        None
+    }
+
     /// Turns a CPU-backend stop into the same errors the GPU gives.
     pub(crate) fn cpu_error(&self, e: CpuError) -> Error {
         match e {
@@ -217,10 +256,12 @@ impl Device {
                     .iter()
                     .map(|w| notes.describe_wait(&w.site, w.value))
                     .collect();
-                Error::Sync(SyncFailure {
-                    headline: format!("CPU backend: {report}"),
-                    waits,
-                })
+                drop(notes);
+                let mut headline = format!("CPU backend: {report}");
+                if let Some(note) = self.rearm_tickets() {
+                    headline = format!("{headline} {note}");
+                }
+                Error::Sync(SyncFailure { headline, waits })
             }
             other => Error::Cpu(other.to_string()),
         }
@@ -241,18 +282,20 @@ impl Device {
         if log.abort == 0 && log.count == 0 {
             return Ok(());
         }
+        let rearm = self.rearm_tickets();
         self.memset_zero(&log_buf)?;
         let notes = self.notes();
         let n = (log.count as usize).min(log.records.len());
         let waits = log.records[..n].iter().map(|r| notes.describe_timeout(r)).collect();
-        Err(Error::Sync(SyncFailure {
-            headline: format!(
-                "{} tile wait(s) timed out (limit {:.1?})",
-                log.count,
-                self.wait_timeout()
-            ),
-            waits,
-        }))
+        let mut headline = format!(
+            "{} tile wait(s) timed out (limit {:.1?})",
+            log.count,
+            self.wait_timeout()
+        );
+        if let Some(note) = rearm {
+            headline = format!("{headline} {note}");
+        }
+        Err(Error::Sync(SyncFailure { headline, waits }))
     }
 
     /// Copies `src` into device memory at `buf + offset` (bytes). Synchronous.

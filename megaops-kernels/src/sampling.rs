@@ -56,7 +56,8 @@ pub fn key_index(key: u64) -> u32 {
 ///
 /// Layouts: `logits` `[m, vocab]` f32 (e.g. from [`crate::gemv::lm_head`]); `ids` `[m]`
 /// u32; `partial`: u32 scratch `[m, vocab.div_ceil(CHUNK), 2]`; `counters`: u32 `[m]`,
-/// **zero before the first launch** (each launch leaves them zero). Two launches that may
+/// **zero before the first launch** (each complete launch leaves them zero; after a failed
+/// one the device re-zeroes the registered counters of an [`ArgmaxWorkspace`]). Two launches that may
 /// run at the same time need separate `partial` and `counters` ([`ArgmaxWorkspace`]).
 ///
 /// Kernel tile `(pid_m, pid_v)`: row `pid_m`, columns `pid_v·CHUNK .. +CHUNK` of `logits`
@@ -260,9 +261,12 @@ mod host {
         /// Scratch for up to `max_m` rows of `vocab` logits.
         pub fn new(device: &Device, max_m: usize, vocab: usize) -> Result<Self> {
             let words = 2 * max_m.max(1) * vocab.div_ceil(Self::MIN_CHUNK).max(1);
+            let counters = Tensor::zeros(device, &[max_m.max(1)])?;
+            // Re-zeroed by the device after a failed launch (see `Device::register_tickets`).
+            device.register_tickets(&counters);
             Ok(ArgmaxWorkspace {
                 partial: Tensor::zeros(device, &[words])?,
-                counters: Tensor::zeros(device, &[max_m.max(1)])?,
+                counters,
             })
         }
     }

@@ -391,6 +391,65 @@ fn tiled_chain_on_an_async_stream() -> Result<()> {
 /// projection at m = 16 and its down projection at m = 1 (enough column tiles: no split,
 /// as measured best on the H200), outputs narrow enough that the planner splits k, and a
 /// gate+up of each kind.
+/// Ticket counters left raised by a failed launch (simulated by writing them) are zeroed
+/// when the device reports a synchronisation failure (here a consumer whose producer never
+/// runs: a CPU-backend deadlock), so the next split-K launch on the same workspace is
+/// right.
+#[test]
+fn a_reported_failure_rezeroes_the_split_k_tickets() -> Result<()> {
+    let seed = fresh_seed("a_reported_failure_rezeroes_the_split_k_tickets");
+    let dev = cpu_device(seed)?;
+    let (m, n, k, splits) = (2usize, 40usize, 256usize, 4u32);
+    let mut ws = SplitWorkspace::new(&dev, m, n, splits as usize, 1)?;
+    let dirty = vec![3u32; ws.counters.numel()];
+    ws.counters.copy_from_slice(&dirty)?;
+    // A launch that fails: its input's producer never runs.
+    let s = AsyncStream::new(&dev, 2)?;
+    let mut x = Tiled::<bf16, DynGrid>::new(&dev, &[m, k], DynGrid(m as u32, 64), "x")?;
+    x.plant_missing_producer("nobody", &[0, 64]);
+    let w = Tensor::from_slice(&dev, &[n, k], &random::<bf16>(n * k, 0.1, seed))?;
+    let mut y = Tensor::full(&dev, &[m, n], POISON)?;
+    let opts = LaunchOptions::config(0);
+    let (mu, nu, ku) = (m as u32, n as u32, k as u32);
+    gemv_splitk::launch_with(
+        &s,
+        &opts,
+        &x,
+        &w,
+        &mut y,
+        &mut ws.ws,
+        &mut ws.counters,
+        mu,
+        nu,
+        ku,
+        splits,
+    )?;
+    let err = s.synchronize().expect_err("the input is never produced");
+    assert!(err.to_string().contains("waits on x["), "{err}");
+    assert!(
+        ws.counters.to_vec()?.iter().all(|&c| c == 0),
+        "ticket counters not re-zeroed after the failure"
+    );
+    // The next launch on the same workspace.
+    let p = Problem::new(m, n, k, seed ^ 1);
+    let (x, w) = p.tensors(&dev)?;
+    gemv_splitk::launch_with(
+        &s,
+        &opts,
+        &x,
+        &w,
+        &mut y,
+        &mut ws.ws,
+        &mut ws.counters,
+        mu,
+        nu,
+        ku,
+        splits,
+    )?;
+    assert_close("split-K after a failure", &y.to_vec()?, &p.reference(), TOL_BF16);
+    Ok(())
+}
+
 #[test]
 fn planner_choices_at_model_shapes_on_a_16_sm_virtual_gpu() -> Result<()> {
     let seed = fresh_seed("planner_choices_at_model_shapes_on_a_16_sm_virtual_gpu");

@@ -42,7 +42,8 @@ use megaops::device::warp::{FULL_MASK, shfl_xor_sync};
 ///   the new token (clamped to `max_seq`; 0 gives a zero output);
 /// - `part_o`: at least `batch·hkv·splits·G·D` f32, `part_ml`: at least
 ///   `batch·hkv·splits·G·2` f32, `counters`: at least `batch·hkv` u32, zeroed once before
-///   the first launch (each launch leaves them zero) — see [`DecodeWorkspace`]; one
+///   the first launch (each complete launch leaves them zero; after a failed one the
+///   device re-zeroes the registered counters of a [`DecodeWorkspace`]); one
 ///   workspace sized for the largest shape serves smaller launches;
 /// - `o`: `[batch, hq·D]` bf16, `o[b, j·D + i] = Σ_p softmax_p(scale · q_j·k_p) v_p[i]`
 ///   over the positions `p < lens[b]` of sequence `b`, kv head `j / G`.
@@ -575,10 +576,13 @@ mod host {
         /// `splits` splits.
         pub fn new(device: &Device, batch: u32, hq: u32, hkv: u32, d: u32, splits: u32) -> Result<DecodeWorkspace> {
             let n = (batch * hq * splits.max(1)) as usize;
+            let counters = Tensor::zeros(device, &[(batch * hkv).max(1) as usize])?;
+            // Re-zeroed by the device after a failed launch (see `Device::register_tickets`).
+            device.register_tickets(&counters);
             Ok(DecodeWorkspace {
                 part_o: Tensor::zeros(device, &[n * d as usize])?,
                 part_ml: Tensor::zeros(device, &[n * 2])?,
-                counters: Tensor::zeros(device, &[(batch * hkv).max(1) as usize])?,
+                counters,
                 splits: splits.max(1),
             })
         }

@@ -133,7 +133,9 @@ pub unsafe fn gemv(x: *const bf16, w: *const bf16, y: *mut bf16, m: u32, n: u32,
 /// counter to 0.
 ///
 /// Layouts: as [`gemv`]; `ws`: f32 `[splits, m, n]` scratch; `counters`: u32
-/// `[n.div_ceil(BN)]`, **zero before the first launch** (each launch leaves them zero).
+/// `[n.div_ceil(BN)]`, **zero before the first launch** (each complete launch leaves them
+/// zero; after a failed one the device re-zeroes counters registered with
+/// `Device::register_tickets`, as the workspace's are).
 /// Two launches that may run at the same time need separate `ws` and `counters`
 /// ([`plan::SplitWorkspace`] sizes them).
 ///

@@ -151,9 +151,12 @@ impl SplitWorkspace {
         max_rg: usize,
     ) -> Result<SplitWorkspace> {
         let ws = max_splits.max(1) * max_rg.max(1) * max_m.max(1) * max_n.max(1);
+        let counters = Tensor::zeros(device, &[max_n.div_ceil(16).max(1)])?;
+        // Re-zeroed by the device after a failed launch (see `Device::register_tickets`).
+        device.register_tickets(&counters);
         Ok(SplitWorkspace {
             ws: Tensor::zeros(device, &[ws])?,
-            counters: Tensor::zeros(device, &[max_n.div_ceil(16).max(1)])?,
+            counters,
         })
     }
 
