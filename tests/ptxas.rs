@@ -17,6 +17,19 @@ fn modules() -> Vec<(&'static str, &'static [(&'static str, &'static str)])> {
     ]
 }
 
+/// Register budgets of entries whose residency the library's planners rely on: (entry
+/// name prefix, most registers, why). A change elsewhere (the sync runtime inlined into
+/// every kernel) once raised `gemv` config 0 from 128 to 164 registers, one CTA per SM
+/// instead of two, and its large shapes lost 20 %.
+const REGISTER_BUDGETS: &[(&str, u32, &str)] = &[
+    (
+        "gemv__cfg",
+        128,
+        "two 256-thread CTAs per SM; the GEMV planner's rules were measured at that residency",
+    ),
+    ("lm_head__cfg", 128, "two 256-thread CTAs per SM"),
+];
+
 #[test]
 fn every_kernel_entry_assembles_without_spills() {
     let ptxas = match ptxas::find() {
@@ -55,6 +68,13 @@ fn every_kernel_entry_assembles_without_spills() {
                         );
                         if *spill_stores > 0 || *spill_loads > 0 {
                             failures.push(format!("{krate} {arch}: `{name}` spills registers"));
+                        }
+                        for (prefix, budget, why) in REGISTER_BUDGETS {
+                            if name.starts_with(prefix) && *registers > *budget {
+                                failures.push(format!(
+                                    "{krate} {arch}: `{name}` uses {registers} registers (budget {budget}: {why})"
+                                ));
+                            }
                         }
                     }
                     total += entries.len();

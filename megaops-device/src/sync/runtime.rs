@@ -4,12 +4,12 @@
 //!
 //! Memory ordering (DESIGN.md "Memory ordering"):
 //! - *signal*: all threads of the CTA finish their stores of the tile and meet at a
-//!   barrier (`bar.red.or`, which also tells everyone whether a wait failed); then the
-//!   first warp issues `fence.acq_rel.gpu` and its lanes share out one
-//!   `red.relaxed.gpu.global.add.s32` per data tile (fence then strong write: a release
-//!   pattern; the barrier makes every thread's stores precede the fence).
+//!   barrier (`bar.red.or`, which also tells everyone whether a wait failed); then thread
+//!   0 issues `fence.acq_rel.gpu` and one `red.relaxed.gpu.global.add.s32` per data tile
+//!   (fence then strong write: a release pattern; the barrier makes every thread's stores
+//!   precede the fence).
 //! - *wait*: every thread that reads the input acquires the semaphores itself: it reads
-//!   all of them with `ld.relaxed.gpu` (eight at a time, so the round trips overlap; the
+//!   all of them with `ld.relaxed.gpu` (four at a time, so the round trips overlap; the
 //!   lanes of a warp load the same address, one transaction per warp) and, if all are
 //!   ready, issues one `fence.acq_rel.gpu` (an acquire pattern); otherwise it sleeps and
 //!   scans again from the first tile that was not ready. Waiting per thread instead of "thread 0 then
@@ -129,7 +129,7 @@ pub unsafe fn wait_input(ctx: &KernelCtx, tile: u32, sync: &TileSync, region: &[
 }
 
 /// Semaphores [`first_pending`] reads before it compares any of them.
-const WAIT_BATCH: usize = 8;
+const WAIT_BATCH: usize = 4;
 
 /// The first data tile of `tiles`, from the `from`-th on, whose semaphore has not reached
 /// `sync.target`: `(k, semaphore index, value)`, or `None` if all have. Relaxed loads,
@@ -144,21 +144,24 @@ const WAIT_BATCH: usize = 8;
 unsafe fn first_pending(sync: &TileSync, tiles: &TileBox, n: u32, from: u32) -> Option<(u32, u32, i32)> {
     let mut k = from;
     while k < n {
-        // Constant-index loops: the batch stays in registers.
-        let mut idx = [0u32; WAIT_BATCH];
+        // Constant-index loops: the batch stays in registers. Only the values are kept
+        // (the index of a pending one is recomputed): the wait sits where a kernel may
+        // hold its weight prefetch in registers, and every register here counts against
+        // its occupancy.
         let mut vals = [sync.target; WAIT_BATCH];
         #[allow(clippy::needless_range_loop)]
         for j in 0..WAIT_BATCH {
             if k + (j as u32) < n {
-                idx[j] = sem_index(&sync.dims, sync.rank, &tiles.coords(k + j as u32));
+                let idx = sem_index(&sync.dims, sync.rank, &tiles.coords(k + j as u32));
                 // SAFETY: idx < number of semaphores of the tiling, which the host allocated.
-                vals[j] = unsafe { atomic::load(sync.sema.add(idx[j] as usize), Relaxed, Gpu) };
+                vals[j] = unsafe { atomic::load(sync.sema.add(idx as usize), Relaxed, Gpu) };
             }
         }
         #[allow(clippy::needless_range_loop)]
         for j in 0..WAIT_BATCH {
             if vals[j].wrapping_sub(sync.target) < 0 {
-                return Some((k + j as u32, idx[j], vals[j]));
+                let idx = sem_index(&sync.dims, sync.rank, &tiles.coords(k + j as u32));
+                return Some((k + j as u32, idx, vals[j]));
             }
         }
         k += WAIT_BATCH as u32;
@@ -186,8 +189,12 @@ impl Spin {
     ///
     /// # Safety
     /// As for [`wait_input`].
+    ///
+    /// Out of line: the slow path must not add registers to the kernel around the wait,
+    /// where a GEMV holds its weight prefetch (inlined, it raised `gemv` from 128 to 164
+    /// registers, one CTA per SM instead of two).
     #[cfg(target_arch = "nvptx64")]
-    #[inline(always)]
+    #[inline(never)]
     unsafe fn step(&mut self, ctx: &KernelCtx, site: &WaitSite, value: i32) -> bool {
         use crate::time::{global_timer, nanosleep};
         let now = global_timer();
@@ -323,19 +330,18 @@ pub unsafe fn signal_output(sync: &TileSync, region: &[(u32, u32); MAX_RANK], pr
     // bar.red.or: every thread's stores of the tile happen before thread 0's release, and
     // all threads learn whether any of them gave the tile up.
     let any_failed = sync_threads_or(failed);
-    let lane = linear_thread_idx();
-    if any_failed || lane >= SIGNAL_LANES {
+    if any_failed || linear_thread_idx() != 0 {
         return;
     }
     // SAFETY: valid bounds tables (caller's contract).
     let tiles = unsafe { covered_box(&sync.dims, sync.rank, region) };
     let n = tiles.len();
-    // Release pattern: each signalling lane's `fence.acq_rel.gpu` (one instruction for the
-    // warp), then relaxed reductions. The lanes share out the data tiles: a CTA that
-    // writes many data tiles (a GEMV column tile across 16 row tiles) does not pay one
-    // ordered release after another.
+    // Release pattern: one `fence.acq_rel.gpu`, then relaxed reductions, so that a CTA
+    // that writes many data tiles (a GEMV column tile across 16 row tiles) does not pay one
+    // ordered release after another. (Thread 0 alone: sharing the reductions out over a
+    // warp raised `gemv` config 0 from 128 to 164 registers.)
     fence(AcqRel, Gpu);
-    let mut k = lane;
+    let mut k = 0;
     while k < n {
         let coords = tiles.coords(k);
         let idx = sem_index(&sync.dims, sync.rank, &coords);
@@ -355,12 +361,9 @@ pub unsafe fn signal_output(sync: &TileSync, region: &[(u32, u32); MAX_RANK], pr
                 Gpu,
             )
         };
-        k += SIGNAL_LANES;
+        k += 1;
     }
 }
-
-/// Threads of a CTA (its first warp) that share out [`signal_output`]'s reductions.
-const SIGNAL_LANES: u32 = 32;
 
 /// Element region of a kernel tile along one dimension: tile `coord` of `ktile` elements,
 /// or the whole dimension when `ktile == 0`, clamped to `size`.
