@@ -207,8 +207,14 @@ impl Spin {
         }
         let waited = now.wrapping_sub(self.start);
         if waited > ctx.timeout_ns {
-            // SAFETY: forwarded contract.
-            unsafe { record_timeout(ctx, site, value, waited) };
+            // One record per group of lanes that time out together (they started waiting
+            // together, on the same data tile): the lowest of them writes it, so the
+            // log's few slots name different CTAs instead of 32 copies of one warp's wait.
+            let lanes = crate::warp::activemask();
+            if crate::thread::lane_id() == lanes.trailing_zeros() {
+                // SAFETY: forwarded contract.
+                unsafe { record_timeout(ctx, site, value, waited) };
+            }
             return false;
         }
         // Short sleeps: a consumer that overslept its producer's last tile delays the
