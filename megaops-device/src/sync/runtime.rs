@@ -9,7 +9,7 @@
 //!   `red.relaxed.gpu.global.add.s32` per data tile (fence then strong write: a release
 //!   pattern; the barrier makes every thread's stores precede the fence).
 //! - *wait*: every thread that reads the input acquires the semaphores itself: it reads
-//!   all of them with `ld.relaxed.gpu` (four at a time, so the round trips overlap; the
+//!   all of them with `ld.relaxed.gpu` (eight at a time, so the round trips overlap; the
 //!   lanes of a warp load the same address, one transaction per warp) and, if all are
 //!   ready, issues one `fence.acq_rel.gpu` (an acquire pattern); otherwise it sleeps and
 //!   scans again from the first tile that was not ready. Waiting per thread instead of "thread 0 then
@@ -129,7 +129,7 @@ pub unsafe fn wait_input(ctx: &KernelCtx, tile: u32, sync: &TileSync, region: &[
 }
 
 /// Semaphores [`first_pending`] reads before it compares any of them.
-const WAIT_BATCH: usize = 4;
+const WAIT_BATCH: usize = 8;
 
 /// The first data tile of `tiles`, from the `from`-th on, whose semaphore has not reached
 /// `sync.target`: `(k, semaphore index, value)`, or `None` if all have. Relaxed loads,
@@ -144,24 +144,21 @@ const WAIT_BATCH: usize = 4;
 unsafe fn first_pending(sync: &TileSync, tiles: &TileBox, n: u32, from: u32) -> Option<(u32, u32, i32)> {
     let mut k = from;
     while k < n {
-        // Constant-index loops: the batch stays in registers. Only the values are kept
-        // (the index of a pending one is recomputed): the wait sits where a kernel may
-        // hold its weight prefetch in registers, and every register here counts against
-        // its occupancy.
+        // Constant-index loops: the batch stays in registers.
+        let mut idx = [0u32; WAIT_BATCH];
         let mut vals = [sync.target; WAIT_BATCH];
         #[allow(clippy::needless_range_loop)]
         for j in 0..WAIT_BATCH {
             if k + (j as u32) < n {
-                let idx = sem_index(&sync.dims, sync.rank, &tiles.coords(k + j as u32));
+                idx[j] = sem_index(&sync.dims, sync.rank, &tiles.coords(k + j as u32));
                 // SAFETY: idx < number of semaphores of the tiling, which the host allocated.
-                vals[j] = unsafe { atomic::load(sync.sema.add(idx as usize), Relaxed, Gpu) };
+                vals[j] = unsafe { atomic::load(sync.sema.add(idx[j] as usize), Relaxed, Gpu) };
             }
         }
         #[allow(clippy::needless_range_loop)]
         for j in 0..WAIT_BATCH {
             if vals[j].wrapping_sub(sync.target) < 0 {
-                let idx = sem_index(&sync.dims, sync.rank, &tiles.coords(k + j as u32));
-                return Some((k + j as u32, idx, vals[j]));
+                return Some((k + j as u32, idx[j], vals[j]));
             }
         }
         k += WAIT_BATCH as u32;
@@ -189,12 +186,8 @@ impl Spin {
     ///
     /// # Safety
     /// As for [`wait_input`].
-    ///
-    /// Out of line: the slow path must not add registers to the kernel around the wait,
-    /// where a GEMV holds its weight prefetch (inlined, it raised `gemv` from 128 to 164
-    /// registers, one CTA per SM instead of two).
     #[cfg(target_arch = "nvptx64")]
-    #[inline(never)]
+    #[inline(always)]
     unsafe fn step(&mut self, ctx: &KernelCtx, site: &WaitSite, value: i32) -> bool {
         use crate::time::{global_timer, nanosleep};
         let now = global_timer();
@@ -207,14 +200,8 @@ impl Spin {
         }
         let waited = now.wrapping_sub(self.start);
         if waited > ctx.timeout_ns {
-            // One record per group of lanes that time out together (they started waiting
-            // together, on the same data tile): the lowest of them writes it, so the
-            // log's few slots name different CTAs instead of 32 copies of one warp's wait.
-            let lanes = crate::warp::activemask();
-            if crate::thread::lane_id() == lanes.trailing_zeros() {
-                // SAFETY: forwarded contract.
-                unsafe { record_timeout(ctx, site, value, waited) };
-            }
+            // SAFETY: forwarded contract.
+            unsafe { record_timeout(ctx, site, value, waited) };
             return false;
         }
         // Short sleeps: a consumer that overslept its producer's last tile delays the
@@ -340,29 +327,13 @@ pub unsafe fn signal_output(sync: &TileSync, region: &[(u32, u32); MAX_RANK], pr
     if any_failed || lane >= SIGNAL_LANES {
         return;
     }
-    // SAFETY: forwarded contract.
-    unsafe { signal_tiles(sync, region, producer, lane) };
-}
-
-/// Threads of a CTA (its first warp) that share out [`signal_output`]'s reductions.
-const SIGNAL_LANES: u32 = 32;
-
-/// [`signal_output`]'s reductions, from lane `lane` of the first warp. Release pattern:
-/// the lane's `fence.acq_rel.gpu` (one instruction for the warp), then relaxed reductions;
-/// the lanes share out the data tiles, so a CTA that writes many (a GEMV column tile
-/// across 16 row tiles) pays neither one ordered release after another nor one thread's
-/// sequence of reductions (the down GEMV of the MLP at m = 16: 17 µs alone with
-/// `red.release` from thread 0, 12.4 µs with relaxed ones from thread 0, 7.0 µs from the
-/// warp). Out of line: inlined, its loop raised `gemv` config 0 from 128 to 164
-/// registers, one CTA per SM instead of two.
-///
-/// # Safety
-/// As for [`signal_output`], after its barrier.
-#[inline(never)]
-unsafe fn signal_tiles(sync: &TileSync, region: &[(u32, u32); MAX_RANK], producer: &ProducerTile, lane: u32) {
     // SAFETY: valid bounds tables (caller's contract).
     let tiles = unsafe { covered_box(&sync.dims, sync.rank, region) };
     let n = tiles.len();
+    // Release pattern: each signalling lane's `fence.acq_rel.gpu` (one instruction for the
+    // warp), then relaxed reductions. The lanes share out the data tiles: a CTA that
+    // writes many data tiles (a GEMV column tile across 16 row tiles) does not pay one
+    // ordered release after another.
     fence(AcqRel, Gpu);
     let mut k = lane;
     while k < n {
@@ -387,6 +358,9 @@ unsafe fn signal_tiles(sync: &TileSync, region: &[(u32, u32); MAX_RANK], produce
         k += SIGNAL_LANES;
     }
 }
+
+/// Threads of a CTA (its first warp) that share out [`signal_output`]'s reductions.
+const SIGNAL_LANES: u32 = 32;
 
 /// Element region of a kernel tile along one dimension: tile `coord` of `ktile` elements,
 /// or the whole dimension when `ktile == 0`, clamped to `size`.
