@@ -149,15 +149,16 @@ impl MlpPath {
     }
 }
 
-/// The `matmul` config for an `m × n` output on `sms` SMs: the first of 128×128 (config
-/// 0), 64×128 (config 4) and 64×64 (config 5) tiles that gives at least one CTA per SM,
-/// else 64×64 (the most CTAs). `megaops-bench gemm` measures every config per shape.
+/// The `matmul` config for an `m × n` output on `sms` SMs: the first of 128×256 (config
+/// 9, `wgmma` on sm_90a), 128×128 (config 8, `wgmma`), 64×128 (config 4) and 64×64
+/// (config 5) tiles that gives at least 0.9 CTAs per SM, else 64×64 (the most CTAs).
+/// `megaops-bench gemm` measures every config per shape.
 pub fn gemm_config(m: usize, n: usize, sms: u32) -> usize {
-    const CANDIDATES: [usize; 3] = [0, 4, 5];
+    const CANDIDATES: [usize; 4] = [9, 8, 4, 5];
     for c in CANDIDATES {
         if let Some((bm, bn)) = matmul::CONFIGS.get(c).and_then(gemm::config_tile) {
             let tiles = m.div_ceil(bm as usize) * n.div_ceil(bn as usize);
-            if tiles >= sms as usize {
+            if tiles * 10 >= sms as usize * 9 {
                 return c;
             }
         }

@@ -14,6 +14,7 @@
 //! - [`warp`]: shuffles, votes, match;
 //! - [`memory`]: 16-byte vector loads/stores, `cp.async` with commit/wait groups;
 //! - [`mma`]: `ldmatrix` and `mma.sync` m16n8k16 (bf16/f16 → f32);
+//! - [`wgmma`]: Hopper warpgroup MMA from shared-memory descriptors (sm_90a);
 //! - [`math`]: `fma.rn.f32` and the special-function unit (`ex2`, `rcp`, `rsqrt` approx);
 //! - [`convert`]: bf16/f16 ↔ f32 conversions on `half`'s types;
 //! - [`sync`]: the MegaOps tile-synchronisation runtime the `#[megaops::kernel]` macro calls.
@@ -38,6 +39,7 @@ pub mod sync;
 pub mod thread;
 pub mod time;
 pub mod warp;
+pub mod wgmma;
 
 #[cfg(not(target_arch = "nvptx64"))]
 pub mod cpu;

@@ -193,6 +193,24 @@ fn edge_shapes_on_the_cpu_backend_under_two_seeds() -> Result<()> {
     Ok(())
 }
 
+/// The `wgmma` configs (`WG = 1`; on the CPU backend the emulated `wgmma` path) on every
+/// awkward shape and on a k of many k-tiles, so the pipeline wraps around its stages.
+#[test]
+fn wgmma_configs_on_the_cpu_backend() -> Result<()> {
+    let seed = fresh_seed("wgmma_configs_on_the_cpu_backend");
+    let dev = cpu_device(seed)?;
+    let wgmma: Vec<usize> = (0..matmul::CONFIGS.len())
+        .filter(|&c| gemm::config_value(&matmul::CONFIGS[c], "WG") == Some(1))
+        .collect();
+    assert!(wgmma.len() >= 2, "expected wgmma configs, got {wgmma:?}");
+    for &config in &wgmma {
+        for (i, &shape) in AWKWARD.iter().chain(&[(200, 300, 1000), (64, 256, 64)]).enumerate() {
+            check(&dev, shape, config, false, seed.wrapping_add(i as u64))?;
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn host_checks_reject_unsupported_shapes() -> Result<()> {
     let dev = cpu_device(1)?;

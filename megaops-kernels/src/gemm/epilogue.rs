@@ -40,10 +40,11 @@ pub(crate) struct CTile {
 /// Stores a CTA's `BM × BN` block of `C` from the accumulators of every warp (this
 /// thread's `acc`, for the warp block at (`warp_row`, `warp_col`) within the CTA block) as
 /// bf16, rounding to nearest even, then leaves the shared memory free (a barrier at the
-/// end). `threads` is the CTA size (a constant at every call site).
+/// end). `threads` is the number of threads that store (a constant at every call site:
+/// the CTA size, or 256 of a CTA of 384, [`super::tile::copy_threads`]).
 ///
 /// # Safety
-/// All `threads` threads of the CTA call it, converged, after their last read of the
+/// All threads of the CTA call it, converged, after their last read of the
 /// shared memory (it starts with `cp.async.wait_all` and a barrier); `c` is a 16-byte
 /// aligned row-major `[m, n]` bf16 matrix; `dst.smem` holds `BM·BN·2` bytes; the warp
 /// blocks of all warps tile the CTA block exactly; `BN / 8` is a power of two ≥ 8 that
@@ -58,6 +59,58 @@ pub(crate) unsafe fn store_c<const BM: usize, const BN: usize, const MI: usize, 
     acc: &Acc<MI, NI>,
     c: *mut bf16,
 ) {
+    // SAFETY: forwarded; the staging writes this thread's words of its warp block.
+    unsafe {
+        store_c_with::<BM, BN>(dst, threads, c, || {
+            stage_acc::<BN, MI, NI>(dst.smem, warp_row, warp_col, acc)
+        })
+    }
+}
+
+/// Writes this thread's accumulators `acc` of the warp block at (`warp_row`, `warp_col`)
+/// into the swizzled `? × BN` bf16 C tile at `smem` (`cvt.rn.bf16x2.f32`, 4-byte words).
+///
+/// # Safety
+/// `smem` holds the C tile, which nobody reads until a barrier; the lanes of a warp write
+/// disjoint words (each thread its own fragment positions).
+#[inline(always)]
+pub(crate) unsafe fn stage_acc<const BN: usize, const MI: usize, const NI: usize>(
+    smem: SharedPtr<u8>,
+    warp_row: u32,
+    warp_col: u32,
+    acc: &Acc<MI, NI>,
+) {
+    let cpr = (BN / 8) as u32;
+    let lane = lane_id();
+    let (g, t) = (lane / 4, lane % 4);
+    unroll!(i in 0..MI => {
+        unroll!(j in 0..NI => {
+            unroll!(h in 0..2 => {
+                let row = warp_row + 16 * i as u32 + g + 8 * h as u32;
+                let chunk = warp_col / 8 + j as u32;
+                let word = pack_bf16x2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                // SAFETY: inside the C tile, 4-byte aligned; each word is written by
+                // exactly one thread (caller).
+                unsafe { smem.byte_add((swizzle_bytes(row, chunk, cpr) + 4 * t) as usize).cast::<u32>().write(word) };
+            });
+        });
+    });
+}
+
+/// [`store_c`] with the staging step given as `stage`, which writes every thread's
+/// accumulators into the C tile at `dst.smem` ([`stage_acc`], once per warp block a
+/// thread holds): waits for all copies, a barrier, `stage()`, a barrier, the 16-byte
+/// stores to `C`, a barrier.
+///
+/// # Safety
+/// As for [`store_c`]; after `stage()` on every thread, the C tile is fully written.
+#[inline(always)]
+pub(crate) unsafe fn store_c_with<const BM: usize, const BN: usize>(
+    dst: &CTile,
+    threads: usize,
+    c: *mut bf16,
+    stage: impl FnOnce(),
+) {
     const {
         assert!(
             BN >= 64 && (BN / 8).is_power_of_two(),
@@ -66,30 +119,20 @@ pub(crate) unsafe fn store_c<const BM: usize, const BN: usize, const MI: usize, 
     };
     let cpr = (BN / 8) as u32;
     let rows_per_iter = threads / (BN / 8);
-    let (tid, lane) = (linear_thread_idx(), lane_id());
+    let tid = linear_thread_idx();
     let CTile { smem, row0, col0, m, n } = *dst;
     // Every copy has landed and every warp is past its last read of the pipeline.
     cp_async_wait_all();
     sync_threads();
-    let (g, t) = (lane / 4, lane % 4);
-    unroll!(i in 0..MI => {
-        unroll!(j in 0..NI => {
-            unroll!(h in 0..2 => {
-                let row = warp_row + 16 * i as u32 + g + 8 * h as u32;
-                let chunk = warp_col / 8 + j as u32;
-                let word = pack_bf16x2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
-                // SAFETY: inside the BM × BN tile, 4-byte aligned; each word is written by
-                // exactly one thread (the warp blocks tile the CTA block).
-                unsafe { smem.byte_add((swizzle_bytes(row, chunk, cpr) + 4 * t) as usize).cast::<u32>().write(word) };
-            });
-        });
-    });
+    stage();
     sync_threads();
     let (r0, ch) = (tid / cpr, tid % cpr);
     let col = col0 + ch * 8;
     let from = smem.byte_add(swizzle_bytes(r0, ch, cpr) as usize);
     let aligned = n.is_multiple_of(8);
-    for i in 0..BM / rows_per_iter {
+    // Threads past `threads` (a CTA of 384 stores with 256) only join the barriers.
+    let rows = if tid < threads as u32 { BM / rows_per_iter } else { 0 };
+    for i in 0..rows {
         let row = row0 + r0 + (i * rows_per_iter) as u32;
         if row < m && col < n {
             // SAFETY: this thread's chunk of the C tile (shifting by whole iterations
@@ -152,7 +195,7 @@ impl<
         unsafe {
             store_c::<BM, BN, MI, NI>(
                 &dst,
-                Self::THREADS,
+                Self::COPY,
                 warp_m * Self::WM as u32,
                 warp_n * Self::WN as u32,
                 acc,

@@ -23,7 +23,7 @@
 //! - epilogue: `cvt.rn.bf16x2.f32`, a swizzled C tile in shared memory, 16-byte
 //!   `st.global.v4` stores with bounds checks ([`epilogue`]).
 //!
-//! Details in [`pipeline`].
+//! Details in [`pipeline`]; the sm_90a `wgmma` mainloop of configs 8 and 9 in [`wgmma`].
 //!
 //! # Requirements (checked by the generated launchers before anything runs)
 //!
@@ -51,28 +51,41 @@
 //! | 5 | 64×64×64 | 4 | 2×2 | 32×32 | 64 KiB | 3 | small m and n (many CTAs) |
 //! | 6 | 128×128×32 | 4 | 2×4 | 64×32 | 64 KiB | 1 | more warps per CTA |
 //! | 7 | 128×64×64 | 4 | 2×2 | 64×32 | 96 KiB | 2 | small n |
+//! | 8 | 128×128×64 | 5 | 2 warpgroups | 64×128 `wgmma` | 161 KiB | 1 | sm_90a |
+//! | 9 | 128×256×64 | 4 | 2 warpgroups | 64×256 `wgmma` | 193 KiB | 1 | sm_90a, large shapes |
 //!
 //! 64×64 warp tiles read 32 FLOP per byte of shared memory (`ldmatrix`), 64×32 ones 21:
 //! on Hopper the latter are bound by shared-memory bandwidth near mma.sync's peak.
+//!
+//! Configs 8 and 9 (`WG = 1`) run [`wgmma`]'s mainloop where `wgmma` exists: in the
+//! sm_90a module (which the host loads on compute capability 9.0) and on the CPU backend
+//! (emulated). In the portable sm_90 module, and in [`matmul_nn`] (whose `B[k, n]` would
+//! need N-major operands), they run the `mma.sync` pipeline with the same CTA tile and
+//! 256 threads (`BK = 32`, 6 stages, warps as in the table's `WARPS_M × WARPS_N` of the
+//! config line).
 //!
 //! [`matmul_nn`] has the same configs.
 
 pub mod epilogue;
 pub mod pipeline;
 pub mod tile;
+pub mod wgmma;
 
 use megaops::bf16;
 use pipeline::Tile;
+use wgmma::WgTile;
 
 /// The [`Tile`] type of the config in scope (its constants `BM`, `BN`, `BK`, `STAGES`,
-/// `WARPS_M`, `WARPS_N`), with B layout `$nn`.
+/// `WARPS_M`, `WARPS_N`), with B layout `$nn`. A `wgmma` config (`WG = 1`) run by the
+/// `mma.sync` pipeline uses `BK = 32` and 6 stages (less shared memory than the launch
+/// gives): with `BK = 64` its 64×64 warp tiles spill registers.
 macro_rules! config_tile {
     ($nn:literal) => {
         Tile<
             { BM as usize },
             { BN as usize },
-            { BK as usize },
-            { STAGES as usize },
+            { if WG == 1 { 32 } else { BK as usize } },
+            { if WG == 1 { 6 } else { STAGES as usize } },
             { WARPS_M as usize },
             { WARPS_N as usize },
             { (BM / WARPS_M / 16) as usize },
@@ -95,46 +108,68 @@ macro_rules! config_tile {
 /// PTX: `cp.async.cg.shared.global` (16 B, zero-fill), `cp.async.commit_group` /
 /// `wait_group`, `ldmatrix.sync.aligned.m8n8.x4.shared.b16`,
 /// `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`, `cvt.rn.bf16x2.f32`,
-/// `st.global.v4.u32` (sm_80+).
+/// `st.global.v4.u32` (sm_80+); configs 8 and 9 on sm_90a: `fence.proxy.async.shared::cta`,
+/// `wgmma.fence` / `wgmma.mma_async.sync.aligned.m64n{128,256}k16.f32.bf16.bf16` /
+/// `wgmma.commit_group` / `wgmma.wait_group` instead of `ldmatrix` and `mma.sync`.
 ///
 /// # Safety
 /// The pointers are valid for the shapes above and 16-byte aligned; `k % 8 == 0`.
 #[rustfmt::skip] // one line per tile config
 #[megaops::kernel(
     block = THREADS,
-    smem = (BM + BN) * BK * 2 * STAGES,
+    smem = (BM + BN) * BK * 2 * STAGES + WG * 1024,
     input(a[m, k] = [pid_m: BM, _]),
     output(c[m, n] = [pid_m: BM, pid_n: BN]),
     tensor(b[n, k]),
     check(k.is_multiple_of(8), "k must be a multiple of 8: rows of A and W are copied 16 bytes at a time"),
 )]
-#[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
-#[config(BM = 128, BN = 256, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256)]
-#[config(BM = 256, BN = 128, BK = 32, STAGES = 4, WARPS_M = 4, WARPS_N = 2, THREADS = 256)]
-#[config(BM = 128, BN = 128, BK = 32, STAGES = 5, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
-#[config(BM = 64, BN = 128, BK = 64, STAGES = 3, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
-#[config(BM = 64, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
-#[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256)]
-#[config(BM = 128, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
+#[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
+#[config(BM = 128, BN = 256, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 0)]
+#[config(BM = 256, BN = 128, BK = 32, STAGES = 4, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 0)]
+#[config(BM = 128, BN = 128, BK = 32, STAGES = 5, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
+#[config(BM = 64, BN = 128, BK = 64, STAGES = 3, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
+#[config(BM = 64, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
+#[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 0)]
+#[config(BM = 128, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
+#[config(BM = 128, BN = 128, BK = 64, STAGES = 5, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 1)]
+#[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 1)]
 pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u32, k: u32) {
     const _: () = assert!(
         THREADS == WARPS_M * WARPS_N * 32,
         "THREADS must be WARPS_M * WARPS_N * 32"
     );
+    // `wgmma` configs use it where it exists: sm_90a, and the CPU backend (which
+    // emulates it); elsewhere they run the `mma.sync` pipeline with the same tile.
+    const USE_WG: bool = WG == 1 && cfg!(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"));
     type G = config_tile!(false);
+    type W = WgTile<{ BM as usize }, { BN as usize }, { STAGES as usize }, { (BN / 8) as usize }, USE_WG>;
+    const _: () = assert!(
+        !USE_WG || (W::THREADS == THREADS as usize && W::SMEM_BYTES <= ((BM + BN) * BK * 2 * STAGES + 1024) as usize && BK == 64),
+        "a wgmma config needs THREADS = BM / 64 * 128, BK = 64 and its shared memory"
+    );
     #[prefetch]
     let tile = G::new(pid_m, pid_n, m, n, k);
+    #[prefetch]
+    let wtile = W::new(pid_m, pid_n, m, n, k);
     // SAFETY: every thread of the CTA runs these in order (no divergence before them);
     // `b` is the `[n, k]` weight with `k % 8 == 0` (the caller's contract).
     #[prefetch]
     unsafe {
-        tile.prefetch_b(b)
+        if USE_WG { wtile.prefetch_b(b) } else { tile.prefetch_b(b) }
     };
-    // SAFETY: as above; `a` is `[m, k]` (the launcher checks it), the launch gives the CTA
-    // `(BM + BN) * BK * 2 * STAGES` bytes of dynamic shared memory = `G::SMEM_BYTES`.
-    let acc = unsafe { tile.mainloop(a, b) };
-    // SAFETY: `c` is `[m, n]` (checked by the launcher) and 16-byte aligned.
-    unsafe { tile.store(&acc, c) };
+    if USE_WG {
+        // SAFETY: as above; `a` is `[m, k]` (the launcher checks it); the launch gives the
+        // CTA `W::THREADS` threads and `W::SMEM_BYTES` of dynamic shared memory (asserted).
+        let acc = unsafe { wtile.mainloop(a, b) };
+        // SAFETY: `c` is `[m, n]` (checked by the launcher) and 16-byte aligned.
+        unsafe { wtile.store(&acc, c) };
+    } else {
+        // SAFETY: as above; the launch gives the CTA at least
+        // `(BM + BN) * BK * 2 * STAGES` bytes of dynamic shared memory = `G::SMEM_BYTES`.
+        let acc = unsafe { tile.mainloop(a, b) };
+        // SAFETY: `c` is `[m, n]` (checked by the launcher) and 16-byte aligned.
+        unsafe { tile.store(&acc, c) };
+    }
 }
 
 /// `C = A · B` in bf16 with f32 accumulation: `C[i, j] = Σ_k A[i, k] · B[k, j]`, with `B`
@@ -150,25 +185,30 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
 #[rustfmt::skip] // one line per tile config
 #[megaops::kernel(
     block = THREADS,
-    smem = (BM + BN) * BK * 2 * STAGES,
+    smem = (BM + BN) * BK * 2 * STAGES + WG * 1024,
     input(a[m, k] = [pid_m: BM, _]),
     output(c[m, n] = [pid_m: BM, pid_n: BN]),
     tensor(b[k, n]),
     check(k.is_multiple_of(8) && n.is_multiple_of(8), "k and n must be multiples of 8: rows of A and B are copied 16 bytes at a time"),
 )]
-#[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
-#[config(BM = 128, BN = 256, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256)]
-#[config(BM = 256, BN = 128, BK = 32, STAGES = 4, WARPS_M = 4, WARPS_N = 2, THREADS = 256)]
-#[config(BM = 128, BN = 128, BK = 32, STAGES = 5, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
-#[config(BM = 64, BN = 128, BK = 64, STAGES = 3, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
-#[config(BM = 64, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
-#[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256)]
-#[config(BM = 128, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128)]
+#[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
+#[config(BM = 128, BN = 256, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 0)]
+#[config(BM = 256, BN = 128, BK = 32, STAGES = 4, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 0)]
+#[config(BM = 128, BN = 128, BK = 32, STAGES = 5, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
+#[config(BM = 64, BN = 128, BK = 64, STAGES = 3, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
+#[config(BM = 64, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
+#[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 0)]
+#[config(BM = 128, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
+#[config(BM = 128, BN = 128, BK = 64, STAGES = 5, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 1)]
+#[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 1)]
 pub unsafe fn matmul_nn(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u32, k: u32) {
     const _: () = assert!(
         THREADS == WARPS_M * WARPS_N * 32,
         "THREADS must be WARPS_M * WARPS_N * 32"
     );
+    // `matmul_nn` has no `wgmma` path (B would be N-major): its `WG = 1` configs run the
+    // `mma.sync` pipeline with the same tile.
+    let _ = WG;
     type G = config_tile!(true);
     #[prefetch]
     let tile = G::new(pid_m, pid_n, m, n, k);

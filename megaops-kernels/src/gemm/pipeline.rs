@@ -43,7 +43,7 @@
 //! edge tiles compute on zeros and the epilogue stores only in-bounds elements. The rows
 //! of A and `W` must start 16-byte aligned: `k % 8 == 0` (and `n % 8 == 0` for `NN`).
 
-use super::tile::{swizzle_bytes, unroll};
+use super::tile::{copy_threads, swizzle_bytes, unroll};
 use megaops::bf16;
 use megaops::device::memory::{cp_async_cg_16_zfill, cp_async_commit_group, cp_async_wait_group};
 use megaops::device::mma::{ldmatrix_x4, ldmatrix_x4_trans, mma_m16n8k16_bf16_f32};
@@ -118,10 +118,13 @@ impl<
     const B_STAGE: usize = BN * BK * 2;
     /// Dynamic shared memory the kernel must be launched with, in bytes.
     pub const SMEM_BYTES: usize = (Self::A_STAGE + Self::B_STAGE) * STAGES;
-    /// Rows of a K-contiguous tile one copy iteration of all threads covers.
-    const RPI_K: usize = Self::THREADS / Self::CPR_K;
-    /// Rows of an N-contiguous tile one copy iteration of all threads covers.
-    pub(crate) const RPI_N: usize = Self::THREADS / Self::CPR_N;
+    /// Threads that copy tiles and store `C` ([`copy_threads`]): all of them unless the
+    /// CTA has 384.
+    pub(crate) const COPY: usize = copy_threads(Self::THREADS);
+    /// Rows of a K-contiguous tile one copy iteration of the copying threads covers.
+    const RPI_K: usize = Self::COPY / Self::CPR_K;
+    /// Rows of an N-contiguous tile one copy iteration of the copying threads covers.
+    pub(crate) const RPI_N: usize = Self::COPY / Self::CPR_N;
 
     /// Compile-time checks of the configuration (evaluated when the tile is created).
     pub const CHECK: () = {
@@ -138,12 +141,12 @@ impl<
         );
         assert!(MI <= 8 && NI <= 16, "warp tile too large");
         assert!(
-            Self::THREADS.is_multiple_of(Self::CPR_K) && BM.is_multiple_of(Self::RPI_K),
+            Self::COPY.is_multiple_of(Self::CPR_K) && BM.is_multiple_of(Self::RPI_K),
             "A tile not covered by whole copy iterations"
         );
         assert!(BM / Self::RPI_K <= 16, "too many A copy iterations");
         assert!(
-            BN >= 64 && Self::THREADS.is_multiple_of(Self::CPR_N),
+            BN >= 64 && Self::COPY.is_multiple_of(Self::CPR_N),
             "BN must be >= 64 and divide into the threads' chunks"
         );
         assert!(
@@ -151,8 +154,8 @@ impl<
             "an N-contiguous copy iteration must cover a multiple of 8 rows (swizzle period)"
         );
         assert!(
-            BM.is_multiple_of(Self::RPI_N) && BM / Self::RPI_N <= 16,
-            "C tile not covered by at most 16 whole store iterations"
+            BM.is_multiple_of(Self::RPI_N),
+            "C tile not covered by whole store iterations"
         );
         assert!(
             BM * BN * 2 <= Self::SMEM_BYTES,
@@ -222,7 +225,7 @@ impl<
     unsafe fn copy_k_rows<const ROWS: usize>(&self, src: *const bf16, tile: u32, first: u32, limit: u32, kt: u32) {
         let to = self.smem.byte_add(tile as usize);
         // SAFETY: forwarded.
-        unsafe { copy_k_rows::<ROWS, BK>(to, self.tid, Self::THREADS, src, first, limit, self.k, kt) }
+        unsafe { copy_k_rows::<ROWS, BK>(to, self.tid, Self::COPY, src, first, limit, self.k, kt) }
     }
 
     /// Copies k-rows `kt·BK..+BK` × columns `col0..col0+BN` of a row-major `[k, n]` matrix
@@ -233,6 +236,9 @@ impl<
     /// reads the destination stage until a `cp.async` wait and a barrier.
     #[inline(always)]
     unsafe fn copy_n_rows(&self, src: *const bf16, tile: u32, kt: u32) {
+        if Self::COPY < Self::THREADS && self.tid >= Self::COPY as u32 {
+            return;
+        }
         let cpr = Self::CPR_N as u32;
         let (r0, ch) = (self.tid / cpr, self.tid % cpr);
         let col = self.col0 + ch * 8;
@@ -245,7 +251,7 @@ impl<
             // SAFETY: as in `copy_k_rows`, with rows of `n` elements.
             unsafe {
                 let from = if ok { base.wrapping_add(i * Self::RPI_N * self.n as usize) } else { src };
-                cp_async_cg_16_zfill(dst.byte_add(i * Self::THREADS * 16), from.cast(), if ok { bytes } else { 0 });
+                cp_async_cg_16_zfill(dst.byte_add(i * Self::COPY * 16), from.cast(), if ok { bytes } else { 0 });
             }
         });
     }
@@ -452,7 +458,8 @@ impl<
 /// `kt·BK..+BK`, clipped to `k`) of a row-major `[_, k]` bf16 matrix into the
 /// K-contiguous `ROWS × BK` tile at `to` (swizzled, [`super::tile`]) with 16-byte
 /// `cp.async.cg` (zero-filled past the edges). Thread `tid` of `threads` copies chunk
-/// `tid % (BK/8)` of rows `tid / (BK/8) + i·threads/(BK/8)`.
+/// `tid % (BK/8)` of rows `tid / (BK/8) + i·threads/(BK/8)`; threads with `tid >= threads`
+/// copy nothing.
 ///
 /// # Safety
 /// `src` is a 16-byte aligned `[limit, k]` row-major bf16 matrix with `k % 8 == 0`; `to`
@@ -472,6 +479,9 @@ pub(crate) unsafe fn copy_k_rows<const ROWS: usize, const BK: usize>(
     k: u32,
     kt: u32,
 ) {
+    if tid >= threads as u32 {
+        return;
+    }
     let cpr = (BK / 8) as u32;
     let rows_per_iter = threads / (BK / 8);
     let (r0, ch) = (tid / cpr, tid % cpr);
@@ -500,7 +510,7 @@ pub(crate) unsafe fn copy_k_rows<const ROWS: usize, const BK: usize>(
 
 /// `(s + 1) % STAGES` without a division.
 #[inline(always)]
-fn next_stage<const STAGES: usize>(s: u32) -> u32 {
+pub(crate) fn next_stage<const STAGES: usize>(s: u32) -> u32 {
     if s + 1 == STAGES as u32 { 0 } else { s + 1 }
 }
 

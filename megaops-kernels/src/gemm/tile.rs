@@ -44,6 +44,14 @@ pub const fn swizzle_bytes(row: u32, chunk: u32, cpr: u32) -> u32 {
     swizzle(row, chunk, cpr) * 16
 }
 
+/// The threads of a CTA of `threads` that copy tiles between global and shared memory:
+/// the largest power of two not above `threads` (all of a CTA of 128 or 256; 256 of 384),
+/// so one copy iteration covers a power-of-two number of rows, a multiple of the
+/// swizzle's 8. The others skip the copies.
+pub const fn copy_threads(threads: usize) -> usize {
+    if threads == 0 { 0 } else { 1 << threads.ilog2() }
+}
+
 /// Unrolls `for $i in 0..$n { $body }` at compile time: the body is emitted once per
 /// possible value (up to 16), each copy guarded by `if K < $n`, which is a constant after
 /// monomorphisation. Register arrays indexed by `$i` therefore see constant indices and
@@ -208,6 +216,11 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn copy_threads_is_the_largest_power_of_two() {
+        assert_eq!([128, 256, 384, 512].map(copy_threads), [128, 256, 256, 512]);
     }
 
     #[test]

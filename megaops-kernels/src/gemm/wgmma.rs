@@ -1,0 +1,312 @@
+//! The sm_90a GEMM mainloop: a `STAGES`-deep `cp.async` pipeline into 128-byte swizzled
+//! shared memory, read directly by Hopper's warpgroup MMA (`wgmma.mma_async`,
+//! [`megaops::device::wgmma`]). No `ldmatrix`, no fragments in registers: the tensor cores
+//! read both operands from shared memory, so a CTA of two warpgroups keeps a 128×256 (or
+//! 128×128) tile's accumulators in registers and the shared-memory bandwidth of
+//! `ldmatrix` stops being the limit that `mma.sync` hits on Hopper.
+//!
+//! # Tiling
+//!
+//! `BM = 64·W` rows for `W` (1 to 3) warpgroups (`THREADS = 128·W`), `BN` of 128 or 256 columns,
+//! `BK = 64` (one 128-byte row of k per tile row, the swizzle's width). Warpgroup `w`
+//! computes rows `64w..64w + 64` × all `BN` columns with `m64nBNk16` steps, four per
+//! k-tile; warp `i` of the CTA thus holds rows `16i..16i + 16` of the block, the layout of
+//! the `mma.sync` epilogue ([`super::epilogue::store_c`], one 16-row block per warp).
+//!
+//! # Shared memory
+//!
+//! `STAGES` A tiles (`BM × 64`), then `STAGES` B tiles (`BN × 64`), each K-major with the
+//! 128-byte swizzle: [`super::tile::swizzle`] with 8 chunks per row is exactly the
+//! hardware's pattern, so the `cp.async` copies of [`super::pipeline::copy_k_rows`] write
+//! what `wgmma` reads. The swizzle is applied by the hardware to absolute addresses, so the
+//! stages start at the first 1024-byte boundary of the dynamic shared memory (the launch
+//! asks for 1024 bytes more, [`WgTile::SMEM_BYTES`]).
+//!
+//! # Schedule (k-tile `kt`, `P = STAGES - 2` k-tiles copied ahead)
+//!
+//! ```text
+//! prologue: B of k-tiles 0..P (may run before the input wait: weights), then A of
+//!           0..P, one commit group per k-tile
+//! for each k-tile kt:
+//!   cp.async.wait_group(P - 1)          k-tile kt has landed (this thread's copies)
+//!   fence.proxy.async.shared::cta       ... and is visible to the async proxy
+//!   bar.sync                            ... for every thread's copies
+//!   cp.async k-tile kt+P into the stage of kt-2; commit
+//!   wgmma.fence; 4 × wgmma (k-steps); wgmma.commit_group
+//!   wgmma.wait_group(1)                 this warpgroup's k-tile kt-1 is done
+//! wgmma.wait_group(0)
+//! ```
+//!
+//! The stage of `kt - 2` is free at iteration `kt`: every warpgroup passed this
+//! iteration's barrier after its `wait_group(1)` of iteration `kt - 1`, which completed
+//! its `wgmma`s of `kt - 2`. One k-tile of MMAs stays in flight across the barrier, and
+//! the copies of k-tile `kt + P` are issued before k-tile `kt`'s MMAs, so they have `P`
+//! k-tiles of MMAs to land. With `BM = 192` (three warpgroups) the first 256 threads copy
+//! and store; the third warpgroup only computes.
+//!
+//! # Edges
+//!
+//! As in [`super::pipeline`]: copies past `m`, `n` or `k` are zero-filled, the epilogue
+//! stores in-bounds elements only; `k % 8 == 0`.
+
+use super::epilogue::{CTile, stage_acc, store_c_with};
+use super::pipeline::{copy_k_rows, next_stage};
+use super::tile::{copy_threads, unroll};
+use megaops::bf16;
+use megaops::device::fence::fence_proxy_async_shared_cta;
+use megaops::device::memory::{cp_async_commit_group, cp_async_wait_group};
+use megaops::device::shared::{self, SharedPtr};
+use megaops::device::thread::{linear_thread_idx, sync_threads};
+use megaops::device::wgmma::{
+    SmemMatrix, wgmma_commit_group, wgmma_fence, wgmma_m64n128k16_bf16, wgmma_m64n256k16_bf16, wgmma_wait_group,
+};
+
+/// k elements per k-tile: one 128-byte swizzle row.
+const BK: usize = 64;
+
+/// One CTA's view of a `wgmma` GEMM tile (NT: `C = A·Wᵀ`, `W[n, k]`).
+///
+/// Const parameters: the CTA tile `BM × BN` (`BM` 64 or 128, `BN` 128 or 256), pipeline
+/// depth `STAGES` (3..=8), `N8 = BN / 8` (spelled by the caller, as Rust cannot compute
+/// array lengths from const parameters), and `ON`: whether the tile is used at all. A
+/// kernel whose config does not use this path names the type with `ON = false`, and then
+/// no constraint is checked. Invalid combinations with `ON` fail to compile
+/// ([`WgTile::CHECK`]).
+pub struct WgTile<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, const ON: bool> {
+    smem: SharedPtr<u8>,
+    m: u32,
+    n: u32,
+    k: u32,
+    row0: u32,
+    col0: u32,
+    ktiles: u32,
+    tid: u32,
+}
+
+impl<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, const ON: bool>
+    WgTile<BM, BN, STAGES, N8, ON>
+{
+    /// Threads per CTA: one warpgroup per 64 rows.
+    pub const THREADS: usize = BM / 64 * 128;
+    /// Threads that copy tiles and store `C` ([`copy_threads`]: 256 of a CTA of 384).
+    const COPY: usize = copy_threads(Self::THREADS);
+    /// Bytes of one A stage.
+    const A_STAGE: usize = BM * BK * 2;
+    /// Bytes of one B stage.
+    const B_STAGE: usize = BN * BK * 2;
+    /// Dynamic shared memory the kernel must be launched with: the stages plus 1024
+    /// bytes to align them.
+    pub const SMEM_BYTES: usize = (Self::A_STAGE + Self::B_STAGE) * STAGES + 1024;
+
+    /// Compile-time checks of the configuration (evaluated when the tile is created).
+    pub const CHECK: () = {
+        if ON {
+            assert!(
+                BM == 64 || BM == 128 || BM == 192,
+                "BM must be 64, 128 or 192 (one warpgroup per 64 rows)"
+            );
+            assert!(
+                BN == 128 || BN == 256,
+                "BN must be 128 or 256 (m64n128k16 / m64n256k16)"
+            );
+            assert!(N8 * 8 == BN, "N8 must be BN / 8");
+            assert!(STAGES >= 3 && STAGES <= 8, "STAGES must be 3..=8");
+            assert!(
+                BM.is_multiple_of(Self::COPY / 8) && BN.is_multiple_of(Self::COPY / 8),
+                "tiles not covered by whole copy iterations"
+            );
+            assert!(
+                BM * BN * 2 <= Self::SMEM_BYTES - 1024,
+                "the epilogue's C tile must fit in the pipeline's shared memory"
+            );
+        }
+    };
+
+    /// The tile `(pid_m, pid_n)` of an `m × n × k` GEMM, in the CTA's dynamic shared memory
+    /// (which must hold [`Self::SMEM_BYTES`]).
+    #[inline(always)]
+    pub fn new(pid_m: u32, pid_n: u32, m: u32, n: u32, k: u32) -> Self {
+        #[allow(clippy::let_unit_value)]
+        let () = Self::CHECK;
+        let raw = shared::dynamic::<u8>();
+        let pad = raw.addr().wrapping_neg() % 1024;
+        WgTile {
+            smem: raw.byte_add(pad as usize),
+            m,
+            n,
+            k,
+            row0: pid_m * BM as u32,
+            col0: pid_n * BN as u32,
+            ktiles: k.div_ceil(BK as u32),
+            tid: linear_thread_idx(),
+        }
+    }
+
+    /// Byte offset of A stage `s`.
+    #[inline(always)]
+    fn a_stage(s: u32) -> u32 {
+        s * Self::A_STAGE as u32
+    }
+
+    /// Byte offset of B stage `s`.
+    #[inline(always)]
+    fn b_stage(s: u32) -> u32 {
+        (STAGES * Self::A_STAGE) as u32 + s * Self::B_STAGE as u32
+    }
+
+    /// Starts the copies of A's k-tile `kt` into stage `stage` (no commit).
+    ///
+    /// # Safety
+    /// As for [`WgTile::mainloop`].
+    #[inline(always)]
+    unsafe fn load_a(&self, a: *const bf16, stage: u32, kt: u32) {
+        let to = self.smem.byte_add(Self::a_stage(stage) as usize);
+        // SAFETY: forwarded; COPY / 8 rows per copy iteration is 16 or 32, a multiple
+        // of the swizzle's 8 rows.
+        unsafe { copy_k_rows::<BM, BK>(to, self.tid, Self::COPY, a, self.row0, self.m, self.k, kt) }
+    }
+
+    /// Starts the copies of W's k-tile `kt` into stage `stage` (no commit).
+    ///
+    /// # Safety
+    /// As for [`WgTile::mainloop`].
+    #[inline(always)]
+    unsafe fn load_b(&self, b: *const bf16, stage: u32, kt: u32) {
+        let to = self.smem.byte_add(Self::b_stage(stage) as usize);
+        // SAFETY: as in `load_a`.
+        unsafe { copy_k_rows::<BN, BK>(to, self.tid, Self::COPY, b, self.col0, self.n, self.k, kt) }
+    }
+
+    /// Starts the copies of W's first `STAGES - 2` k-tiles (uncommitted: they join the
+    /// first commit group of [`WgTile::mainloop`]). Call it before the wait for A, so the
+    /// weights stream in while the producer of A finishes (paper §3.2).
+    ///
+    /// # Safety
+    /// All threads of the CTA call it, with the same `b`, as for [`WgTile::mainloop`].
+    #[inline(always)]
+    pub unsafe fn prefetch_b(&self, b: *const bf16) {
+        unroll!(s in 0..STAGES - 2 => {
+            if (s as u32) < self.ktiles {
+                // SAFETY: forwarded; stage `s` is untouched until the mainloop's first wait.
+                unsafe { self.load_b(b, s as u32, s as u32) };
+            }
+        });
+    }
+
+    /// One `m64nBNk16` step: `acc += A·Bᵀ` for the operands `a`, `b`.
+    ///
+    /// # Safety
+    /// As for the `wgmma` functions ([`megaops::device::wgmma`]).
+    #[inline(always)]
+    unsafe fn step(acc: &mut [[f32; 4]; N8], a: SmemMatrix, b: SmemMatrix) {
+        // N8 is 16 or 32 (CHECK): exactly one of the conversions succeeds, decided at
+        // compile time.
+        if let Ok(acc) = <&mut [[f32; 4]; 16]>::try_from(&mut acc[..]) {
+            // SAFETY: forwarded.
+            unsafe { wgmma_m64n128k16_bf16(acc, a, b) }
+        } else if let Ok(acc) = <&mut [[f32; 4]; 32]>::try_from(&mut acc[..]) {
+            // SAFETY: forwarded.
+            unsafe { wgmma_m64n256k16_bf16(acc, a, b) }
+        }
+    }
+
+    /// Runs the pipeline over all of `k` and returns this thread's accumulators (rows
+    /// `16·warp..+16` of the block, all `BN` columns; layout of [`megaops::device::wgmma`]).
+    /// Every `wgmma` has completed on return; the `cp.async` copies past the end of `k` may
+    /// still be in flight (the epilogue waits for them).
+    ///
+    /// # Safety
+    /// All threads of the CTA call it, converged, after [`WgTile::prefetch_b`] with the same
+    /// `b`. `a` is a 16-byte aligned row-major `[m, k]` bf16 matrix, `b` a 16-byte aligned
+    /// `[n, k]` one, `k % 8 == 0`; the CTA was launched with [`Self::THREADS`] threads and at
+    /// least [`Self::SMEM_BYTES`] of dynamic shared memory.
+    #[inline(always)]
+    pub unsafe fn mainloop(&self, a: *const bf16, b: *const bf16) -> [[f32; 4]; N8] {
+        let mut acc = [[0.0f32; 4]; N8];
+        let ahead = STAGES as u32 - 2;
+        let warpgroup = self.tid / 128;
+        // SAFETY (whole body): the caller's contract covers every copy; the schedule in the
+        // module docs orders copies, fences, barriers and the MMAs' reads.
+        unsafe {
+            unroll!(s in 0..STAGES - 2 => {
+                if (s as u32) < self.ktiles {
+                    self.load_a(a, s as u32, s as u32);
+                }
+                cp_async_commit_group();
+            });
+            let (mut read, mut write) = (0u32, ahead);
+            let mut kt = 0;
+            while kt < self.ktiles {
+                wait_ahead::<STAGES>();
+                fence_proxy_async_shared_cta();
+                sync_threads();
+                let a_tile = self
+                    .smem
+                    .byte_add((Self::a_stage(read) + warpgroup * 64 * 128) as usize);
+                let b_tile = self.smem.byte_add(Self::b_stage(read) as usize);
+                let (am, bm) = (SmemMatrix::k_major_sw128(a_tile), SmemMatrix::k_major_sw128(b_tile));
+                let next = kt + ahead;
+                if next < self.ktiles {
+                    self.load_a(a, write, next);
+                    self.load_b(b, write, next);
+                }
+                cp_async_commit_group();
+                wgmma_fence();
+                unroll!(ks in 0..BK / 16 => {
+                    Self::step(&mut acc, am.offset(32 * ks as u32), bm.offset(32 * ks as u32));
+                });
+                wgmma_commit_group();
+                wgmma_wait_group::<1>();
+                read = next_stage::<STAGES>(read);
+                write = next_stage::<STAGES>(write);
+                kt += 1;
+            }
+            wgmma_wait_group::<0>();
+        }
+        acc
+    }
+
+    /// Stores this CTA's block of `C` (`acc` from [`WgTile::mainloop`]) as bf16, rounding to
+    /// nearest even ([`store_c`]); reuses the pipeline's shared memory and leaves it free.
+    ///
+    /// # Safety
+    /// All threads of the CTA call it, converged, right after [`WgTile::mainloop`]; `c` is a
+    /// 16-byte aligned row-major `[m, n]` bf16 matrix.
+    #[inline(always)]
+    pub unsafe fn store(&self, acc: &[[f32; 4]; N8], c: *mut bf16) {
+        let dst = CTile {
+            smem: self.smem,
+            row0: self.row0,
+            col0: self.col0,
+            m: self.m,
+            n: self.n,
+        };
+        let row = 16 * (self.tid / 32);
+        // Staged in blocks of 16 × 128 columns (`stage_acc` unrolls at most 16 n8 tiles).
+        let stage = || {
+            unroll!(h in 0..N8 / 16 => {
+                if let Ok(half) = <&[[f32; 4]; 16]>::try_from(&acc[16 * h..16 * h + 16]) {
+                    // SAFETY: this thread's fragment positions of its warp's rows.
+                    unsafe { stage_acc::<BN, 1, 16>(self.smem, row, 128 * h as u32, core::array::from_ref(half)) };
+                }
+            });
+        };
+        // SAFETY: forwarded; warp `i` owns rows 16i..16i+16 × all BN columns, so the warp
+        // blocks tile the CTA block; CHECK asserts the C tile fits.
+        unsafe { store_c_with::<BM, BN>(&dst, Self::COPY, c, stage) }
+    }
+}
+
+/// `cp.async.wait_group STAGES-3`: of the `STAGES - 2` k-tiles copied ahead, the oldest
+/// has landed (for this thread).
+#[inline(always)]
+fn wait_ahead<const STAGES: usize>() {
+    match STAGES {
+        3 => cp_async_wait_group::<0>(),
+        4 => cp_async_wait_group::<1>(),
+        5 => cp_async_wait_group::<2>(),
+        6 => cp_async_wait_group::<3>(),
+        7 => cp_async_wait_group::<4>(),
+        _ => cp_async_wait_group::<5>(),
+    }
+}
