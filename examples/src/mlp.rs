@@ -149,21 +149,34 @@ impl MlpPath {
     }
 }
 
-/// The `matmul` config for an `m × n` output on `sms` SMs: the first of 128×256 (config
-/// 9, `wgmma` on sm_90a), 128×128 (config 8, `wgmma`), 64×128 (config 4) and 64×64
-/// (config 5) tiles that gives at least 0.9 CTAs per SM, else 64×64 (the most CTAs).
-/// `megaops-bench gemm` measures every config per shape.
+/// The `matmul` config for an `m × n` output on `sms` SMs.
+///
+/// - `m ≥ 2048`: the first of 128×256 (config 9, `wgmma` on sm_90a), 128×128 (config 8,
+///   `wgmma`), 64×128 (config 4) and 64×64 (config 5) tiles that gives at least 0.9 CTAs
+///   per SM;
+/// - smaller `m`: the first of 128×128 (config 0, `mma.sync`), 64×128 and 64×64 that gives
+///   at least one CTA per SM.
+///
+/// Else 64×64 (the most CTAs). Measured on the H200 (`bench/RESULTS.md`, runs F and J):
+/// the `wgmma` tiles make the MLP block's prefill 8–28 % faster at m = 4096 and 8192 with
+/// the overlapped forward still 1.06–1.14× the serial one, but at m = 1024 they took
+/// Qwen3-0.6B's overlapped forward to 0.97× of its serial one (the `mma.sync` tiles:
+/// 1.03×). `megaops-bench gemm` measures every config per shape.
 pub fn gemm_config(m: usize, n: usize, sms: u32) -> usize {
-    const CANDIDATES: [usize; 4] = [9, 8, 4, 5];
-    for c in CANDIDATES {
+    let (candidates, min_tiles): (&[usize], usize) = if m >= 2048 {
+        (&[9, 8, 4, 5], (sms as usize * 9).div_ceil(10))
+    } else {
+        (&[0, 4, 5], sms as usize)
+    };
+    for &c in candidates {
         if let Some((bm, bn)) = matmul::CONFIGS.get(c).and_then(gemm::config_tile) {
             let tiles = m.div_ceil(bm as usize) * n.div_ceil(bn as usize);
-            if tiles * 10 >= sms as usize * 9 {
+            if tiles >= min_tiles {
                 return c;
             }
         }
     }
-    CANDIDATES[CANDIDATES.len() - 1]
+    5
 }
 
 /// The weights of one MLP block on a device (bf16, PyTorch `Linear` layouts).
@@ -578,5 +591,26 @@ impl MlpActivations {
         }
         self.act.tensor().fill(value)?;
         self.out.tensor().fill(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gemm_config;
+
+    #[test]
+    fn gemm_config_picks_wgmma_tiles_for_long_prefills_only() {
+        // Qwen3-0.6B gate/up and down at m = 1024 and 4096, on 132 SMs.
+        assert_eq!(gemm_config(1024, 6144, 132), 0);
+        assert_eq!(
+            gemm_config(1024, 1024, 132),
+            5,
+            "64×128 gives 128 tiles, fewer than the SMs"
+        );
+        assert_eq!(gemm_config(4096, 6144, 132), 9);
+        assert_eq!(gemm_config(4096, 1024, 132), 9, "128 tiles of 128×256: 0.97 per SM");
+        assert_eq!(gemm_config(2048, 1024, 132), 8);
+        assert_eq!(gemm_config(2048, 512, 132), 4);
+        assert_eq!(gemm_config(64, 64, 132), 5);
     }
 }
