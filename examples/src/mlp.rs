@@ -22,7 +22,7 @@
 //! - **prefill** (`m >` [`DECODE_MAX_M`]): `norm::rmsnorm` (config 1, 4 rows per CTA) →
 //!   `gemm::matmul` (gate/up as one GEMM with `n = 2·inter`) → `elementwise::silu_mul`
 //!   (config 1) → `gemm::matmul` (down), tensor-core GEMMs with a tile config chosen for
-//!   the shape ([`gemm_config`]).
+//!   the shape ([`mlp_gemm_configs`]).
 //!
 //! The residual add of the decoder layer is not part of the block: in a full layer it is
 //! fused into the next layer's `norm::add_rmsnorm`, which consumes [`MlpActivations::output`].
@@ -149,21 +149,34 @@ impl MlpPath {
     }
 }
 
+/// The `matmul` configs of an MLP block's prefill GEMMs (`[gate/up, down]`) for `m`
+/// rows on `sms` SMs. Both use the `wgmma` tiles ([`gemm_config`] with `wgmma`) when
+/// `m ≥ 2048` or when the gate/up GEMM has at least two waves of 128×256 tiles, else
+/// both use the `mma.sync` ones. Measured on the H200 (`bench/RESULTS.md`, runs J and K):
+/// with `wgmma` tiles the block is 8–28 % faster at m = 4096 and 8192 and the overlapped
+/// forward still gains 1.04–1.14×; at m = 1024 they took Qwen3-0.6B (1.45 waves of
+/// gate/up tiles) to 0.97× of its serial forward, the `mma.sync` tiles to 1.01×, while
+/// Llama-3.2-1B (3.9 waves) measured 1.00× with `wgmma` tiles and 0.94× with `mma.sync`.
+pub fn mlp_gemm_configs(m: usize, hidden: usize, inter: usize, sms: u32) -> [usize; 2] {
+    let waves = m.div_ceil(128) * (2 * inter).div_ceil(256);
+    let wgmma = m >= 2048 || waves >= 2 * sms as usize;
+    [
+        gemm_config(m, 2 * inter, sms, wgmma),
+        gemm_config(m, hidden, sms, wgmma),
+    ]
+}
+
 /// The `matmul` config for an `m × n` output on `sms` SMs.
 ///
-/// - `m ≥ 2048`: the first of 128×256 (config 9, `wgmma` on sm_90a), 128×128 (config 8,
+/// - `wgmma`: the first of 128×256 (config 9, `wgmma` on sm_90a), 128×128 (config 8,
 ///   `wgmma`), 64×128 (config 4) and 64×64 (config 5) tiles that gives at least 0.9 CTAs
 ///   per SM;
-/// - smaller `m`: the first of 128×128 (config 0, `mma.sync`), 64×128 and 64×64 that gives
-///   at least one CTA per SM.
+/// - else: the first of 128×128 (config 0, `mma.sync`), 64×128 and 64×64 that gives at
+///   least one CTA per SM.
 ///
-/// Else 64×64 (the most CTAs). Measured on the H200 (`bench/RESULTS.md`, runs F and J):
-/// the `wgmma` tiles make the MLP block's prefill 8–28 % faster at m = 4096 and 8192 with
-/// the overlapped forward still 1.06–1.14× the serial one, but at m = 1024 they took
-/// Qwen3-0.6B's overlapped forward to 0.97× of its serial one (the `mma.sync` tiles:
-/// 1.03×). `megaops-bench gemm` measures every config per shape.
-pub fn gemm_config(m: usize, n: usize, sms: u32) -> usize {
-    let (candidates, min_tiles): (&[usize], usize) = if m >= 2048 {
+/// Else 64×64 (the most CTAs). `megaops-bench gemm` measures every config per shape.
+pub fn gemm_config(m: usize, n: usize, sms: u32, wgmma: bool) -> usize {
+    let (candidates, min_tiles): (&[usize], usize) = if wgmma {
         (&[9, 8, 4, 5], (sms as usize * 9).div_ceil(10))
     } else {
         (&[0, 4, 5], sms as usize)
@@ -507,7 +520,7 @@ impl MlpActivations {
                 out: Tiled::new(device, &[m, h], DynRows(PREFILL_ROW_TILE), "mlp.out")?,
                 ws_gate_up: None,
                 ws_down: None,
-                gemm_configs: [gemm_config(m, 2 * inter, sms), gemm_config(m, h, sms)],
+                gemm_configs: mlp_gemm_configs(m, h, inter, sms),
                 release: ReleaseNext::LastCta,
             },
         })
@@ -596,21 +609,41 @@ impl MlpActivations {
 
 #[cfg(test)]
 mod tests {
-    use super::gemm_config;
+    use super::{gemm_config, mlp_gemm_configs};
 
     #[test]
-    fn gemm_config_picks_wgmma_tiles_for_long_prefills_only() {
-        // Qwen3-0.6B gate/up and down at m = 1024 and 4096, on 132 SMs.
-        assert_eq!(gemm_config(1024, 6144, 132), 0);
+    fn gemm_config_picks_the_first_tile_that_fills_the_sms() {
+        assert_eq!(gemm_config(1024, 6144, 132, false), 0);
         assert_eq!(
-            gemm_config(1024, 1024, 132),
+            gemm_config(1024, 1024, 132, false),
             5,
             "64×128 gives 128 tiles, fewer than the SMs"
         );
-        assert_eq!(gemm_config(4096, 6144, 132), 9);
-        assert_eq!(gemm_config(4096, 1024, 132), 9, "128 tiles of 128×256: 0.97 per SM");
-        assert_eq!(gemm_config(2048, 1024, 132), 8);
-        assert_eq!(gemm_config(2048, 512, 132), 4);
-        assert_eq!(gemm_config(64, 64, 132), 5);
+        assert_eq!(gemm_config(4096, 6144, 132, true), 9);
+        assert_eq!(
+            gemm_config(4096, 1024, 132, true),
+            9,
+            "128 tiles of 128×256: 0.97 per SM"
+        );
+        assert_eq!(gemm_config(2048, 1024, 132, true), 8);
+        assert_eq!(gemm_config(2048, 512, 132, true), 4);
+        assert_eq!(gemm_config(64, 64, 132, true), 5);
+    }
+
+    #[test]
+    fn mlp_prefill_uses_wgmma_tiles_for_long_or_wide_gemms() {
+        // The configurations measured in runs J and K (bench/RESULTS.md).
+        assert_eq!(mlp_gemm_configs(1024, 1024, 3072, 132), [0, 5], "Qwen3-0.6B, m = 1024");
+        assert_eq!(
+            mlp_gemm_configs(1024, 2048, 8192, 132),
+            [9, 8],
+            "Llama-3.2-1B, m = 1024"
+        );
+        assert_eq!(mlp_gemm_configs(4096, 1024, 3072, 132), [9, 9], "Qwen3-0.6B, m = 4096");
+        assert_eq!(
+            mlp_gemm_configs(8192, 2048, 8192, 132),
+            [9, 9],
+            "Llama-3.2-1B, m = 8192"
+        );
     }
 }
