@@ -1,6 +1,7 @@
 //! Validates the PTX of every kernel crate of the workspace with `ptxas` for each
-//! architecture it was built for (`MEGAOPS_ARCHS`, default `sm_90`): every module must
-//! assemble and no entry may spill registers. Prints registers, stack frame, spills,
+//! architecture it was built for (`MEGAOPS_ARCHS`, default `sm_90`, plus `sm_90a` for the
+//! kernel library): every module must assemble, no entry may spill registers, and ptxas
+//! may report no "Potential Performance Loss" (e.g. serialized `wgmma`). Prints registers, stack frame, spills,
 //! barriers and static shared memory per entry. Without `ptxas` (see
 //! `megaops_build::ptxas::find`) it says why it is skipped. A second test (no `ptxas`
 //! needed) bounds the local memory of every function, which ptxas does not report as
@@ -48,6 +49,7 @@ fn every_kernel_entry_assembles_without_spills() {
                         spill_loads,
                         barriers,
                         smem,
+                        performance_losses,
                     } in &entries
                     {
                         println!(
@@ -55,6 +57,9 @@ fn every_kernel_entry_assembles_without_spills() {
                         );
                         if *spill_stores > 0 || *spill_loads > 0 {
                             failures.push(format!("{krate} {arch}: `{name}` spills registers"));
+                        }
+                        for loss in performance_losses {
+                            failures.push(format!("{krate} {arch}: `{name}`: ptxas reports {loss}"));
                         }
                     }
                     total += entries.len();

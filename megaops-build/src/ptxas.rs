@@ -56,6 +56,10 @@ pub struct EntryReport {
     pub barriers: u32,
     /// Static shared memory, bytes.
     pub smem: u32,
+    /// ptxas's "Potential Performance Loss" notes about this entry (e.g. `wgmma`
+    /// instructions serialized because other instructions touch their accumulators
+    /// between issue and wait), without the `ptxas info : (Cnnnn)` prefix.
+    pub performance_losses: Vec<String>,
 }
 
 /// Assembles `ptx` for `arch` (`sm_90`, ...) in `dir`; returns the per-entry report, or
@@ -93,8 +97,13 @@ fn number_before(line: &str, unit: &str) -> u32 {
 /// Parses `ptxas -v` output into per-entry reports.
 pub fn parse_report(stderr: &str) -> Vec<EntryReport> {
     let mut entries: Vec<EntryReport> = Vec::new();
+    let mut losses: Vec<(String, String)> = Vec::new();
     for line in stderr.lines() {
-        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+        if let Some(at) = line.find("Potential Performance Loss") {
+            let function = line.rsplit("in the function '").next().unwrap_or_default();
+            let function = function.trim_end().trim_end_matches('\'').to_string();
+            losses.push((function, line[at..].trim().to_string()));
+        } else if let Some(rest) = line.split("Compiling entry function '").nth(1) {
             let name = rest.split('\'').next().unwrap_or_default().to_string();
             entries.push(EntryReport {
                 name,
@@ -110,6 +119,11 @@ pub fn parse_report(stderr: &str) -> Vec<EntryReport> {
                 e.barriers = number_before(line, "barriers");
                 e.smem = number_before(line, "bytes smem");
             }
+        }
+    }
+    for (function, note) in losses {
+        if let Some(e) = entries.iter_mut().find(|e| e.name == function) {
+            e.performance_losses.push(note);
         }
     }
     entries
@@ -229,8 +243,23 @@ mod tests {
                 spill_stores: 4,
                 spill_loads: 8,
                 barriers: 1,
-                smem: 1024
+                smem: 1024,
+                performance_losses: Vec::new(),
             }]
         );
+    }
+
+    #[test]
+    fn attributes_performance_losses_to_their_entry() {
+        let text = "ptxas info    : Compiling entry function 'a' for 'sm_90a'\n\
+                    ptxas info    : Used 40 registers, used 1 barriers\n\
+                    ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma instructions defining accumulator registers of a wgmma between start and end of the pipeline stage in the function 'a'\n\
+                    ptxas info    : Compiling entry function 'b' for 'sm_90a'\n\
+                    ptxas info    : Used 40 registers, used 1 barriers\n";
+        let r = parse_report(text);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].performance_losses.len(), 1);
+        assert!(r[0].performance_losses[0].starts_with("Potential Performance Loss: wgmma.mma_async"));
+        assert!(r[1].performance_losses.is_empty());
     }
 }
