@@ -23,7 +23,7 @@
 //! - epilogue: `cvt.rn.bf16x2.f32`, a swizzled C tile in shared memory, 16-byte
 //!   `st.global.v4` stores with bounds checks ([`epilogue`]).
 //!
-//! Details in [`pipeline`]; the sm_90a `wgmma` mainloop of configs 8 and 9 in [`wgmma`].
+//! Details in [`pipeline`]; the sm_90a `wgmma` mainloop of configs 8–10 in [`wgmma`].
 //!
 //! # Requirements (checked by the generated launchers before anything runs)
 //!
@@ -53,16 +53,17 @@
 //! | 7 | 128×64×64 | 4 | 2×2 | 64×32 | 96 KiB | 2 | small n |
 //! | 8 | 128×128×64 | 5 | 2 warpgroups | 64×128 `wgmma` | 161 KiB | 1 | sm_90a |
 //! | 9 | 128×256×64 | 4 | 2 warpgroups | 64×256 `wgmma` | 193 KiB | 1 | sm_90a, large shapes |
+//! | 10 | 64×128×64 | 4 | 1 warpgroup | 64×128 `wgmma` | 97 KiB | 2 | sm_90a, small m and n |
 //!
 //! 64×64 warp tiles read 32 FLOP per byte of shared memory (`ldmatrix`), 64×32 ones 21:
 //! on Hopper the latter are bound by shared-memory bandwidth near mma.sync's peak.
 //!
-//! Configs 8 and 9 (`WG = 1`) run [`wgmma`]'s mainloop where `wgmma` exists: in the
+//! Configs 8, 9 and 10 (`WG = 1`) run [`wgmma`]'s mainloop where `wgmma` exists: in the
 //! sm_90a module (which the host loads on compute capability 9.0) and on the CPU backend
 //! (emulated). In the portable sm_90 module, and in [`matmul_nn`] (whose `B[k, n]` would
 //! need N-major operands), they run the `mma.sync` pipeline with the same CTA tile and
-//! 256 threads (`BK = 32`, 6 stages, warps as in the table's `WARPS_M × WARPS_N` of the
-//! config line).
+//! same threads (`BK = 32`, 6 stages, warps as in the `WARPS_M × WARPS_N` of the config
+//! line).
 //!
 //! [`matmul_nn`] has the same configs.
 
@@ -108,7 +109,7 @@ macro_rules! config_tile {
 /// PTX: `cp.async.cg.shared.global` (16 B, zero-fill), `cp.async.commit_group` /
 /// `wait_group`, `ldmatrix.sync.aligned.m8n8.x4.shared.b16`,
 /// `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`, `cvt.rn.bf16x2.f32`,
-/// `st.global.v4.u32` (sm_80+); configs 8 and 9 on sm_90a: `fence.proxy.async.shared::cta`,
+/// `st.global.v4.u32` (sm_80+); configs 8–10 on sm_90a: `fence.proxy.async.shared::cta`,
 /// `wgmma.fence` / `wgmma.mma_async.sync.aligned.m64n{128,256}k16.f32.bf16.bf16` /
 /// `wgmma.commit_group` / `wgmma.wait_group` instead of `ldmatrix` and `mma.sync`.
 ///
@@ -133,6 +134,7 @@ macro_rules! config_tile {
 #[config(BM = 128, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
 #[config(BM = 128, BN = 128, BK = 64, STAGES = 5, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 1)]
 #[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 1)]
+#[config(BM = 64, BN = 128, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 1)]
 pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u32, k: u32) {
     const _: () = assert!(
         THREADS == WARPS_M * WARPS_N * 32,
@@ -201,6 +203,7 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
 #[config(BM = 128, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
 #[config(BM = 128, BN = 128, BK = 64, STAGES = 5, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 1)]
 #[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 1)]
+#[config(BM = 64, BN = 128, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 1)]
 pub unsafe fn matmul_nn(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u32, k: u32) {
     const _: () = assert!(
         THREADS == WARPS_M * WARPS_N * 32,
