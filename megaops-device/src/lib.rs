@@ -13,6 +13,7 @@
 //! - [`time`]: `nanosleep`, `%globaltimer`, `clock64`;
 //! - [`warp`]: shuffles, votes, match;
 //! - [`memory`]: 16-byte vector loads/stores, `cp.async` with commit/wait groups;
+//! - [`mbarrier`]: shared-memory barriers that `cp.async` copies arrive on (pipelines);
 //! - [`mma`]: `ldmatrix` and `mma.sync` m16n8k16 (bf16/f16 → f32);
 //! - [`wgmma`]: Hopper warpgroup MMA from shared-memory descriptors (sm_90a);
 //! - [`math`]: `fma.rn.f32` and the special-function unit (`ex2`, `rcp`, `rsqrt` approx);
@@ -32,6 +33,7 @@ pub mod atomic;
 pub mod convert;
 pub mod fence;
 pub mod math;
+pub mod mbarrier;
 pub mod memory;
 pub mod mma;
 pub mod shared;

@@ -130,7 +130,11 @@ pub unsafe fn wgmma_commit_group() {
 /// Waits until at most `N` (0..=7) committed groups of this warpgroup are in flight: the
 /// accumulators of the older ones are written and their shared operands free.
 ///
-/// Emits `wgmma.wait_group.sync.aligned N;` (sm_90a). Host: nothing.
+/// Emits `wgmma.wait_group.sync.aligned N;` (sm_90a). Host: the `wgmma`s already ran
+/// when issued; the wait converges the warp (a warp collective over all 32 lanes), as
+/// `.sync.aligned` does, so that one lane speaking for its warp after the wait (say,
+/// arriving on an [`crate::mbarrier::MBarrier`] that frees the operands) does so only once
+/// every lane has read them.
 ///
 /// # Safety
 /// All 128 threads of the warpgroup call it, converged.
@@ -144,6 +148,8 @@ pub unsafe fn wgmma_wait_group<const N: u32>() {
     }
     #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90a")))]
     not_sm_90a();
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::cpu::hooks::warp_exchange(u32::MAX, ());
 }
 
 #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90a")))]

@@ -193,16 +193,17 @@ fn edge_shapes_on_the_cpu_backend_under_two_seeds() -> Result<()> {
     Ok(())
 }
 
-/// The `wgmma` configs (`WG = 1`; on the CPU backend the emulated `wgmma` path) on every
-/// awkward shape and on a k of many k-tiles, so the pipeline wraps around its stages.
+/// The `wgmma` configs (`WG = 1`, and `WG = 2` with its warp-specialised `mbarrier`
+/// pipeline; on the CPU backend the emulated `wgmma` path) on every awkward shape and on a
+/// k of many k-tiles, so the pipeline wraps around its stages several times.
 #[test]
 fn wgmma_configs_on_the_cpu_backend() -> Result<()> {
     let seed = fresh_seed("wgmma_configs_on_the_cpu_backend");
     let dev = cpu_device(seed)?;
     let wgmma: Vec<usize> = (0..matmul::CONFIGS.len())
-        .filter(|&c| gemm::config_value(&matmul::CONFIGS[c], "WG") == Some(1))
+        .filter(|&c| matches!(gemm::config_value(&matmul::CONFIGS[c], "WG"), Some(1 | 2)))
         .collect();
-    assert!(wgmma.len() >= 2, "expected wgmma configs, got {wgmma:?}");
+    assert!(wgmma.len() >= 4, "expected wgmma configs, got {wgmma:?}");
     for &config in &wgmma {
         for (i, &shape) in AWKWARD.iter().chain(&[(200, 300, 1000), (64, 256, 64)]).enumerate() {
             check(&dev, shape, config, false, seed.wrapping_add(i as u64))?;
@@ -295,6 +296,9 @@ fn figure1_chain_on_the_cpu_backend() -> Result<()> {
         check_chain(&dev, (192, 64, 128, 96), 1, 5, vseed.wrapping_add(i as u64))?;
         // Producer 64×64 tiles (several CTAs per data tile) → consumer 128×128 tiles.
         check_chain(&dev, (150, 32, 136, 72), 5, 0, vseed.wrapping_add(10 + i as u64))?;
+        // Warp-specialised 128×256 tiles on both sides: the producer warpgroup of the
+        // consumer waits for its rows of Y too.
+        check_chain(&dev, (300, 64, 264, 520), 11, 11, vseed.wrapping_add(20 + i as u64))?;
     }
     Ok(())
 }

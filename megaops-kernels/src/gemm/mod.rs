@@ -54,6 +54,7 @@
 //! | 8 | 128×128×64 | 5 | 2 warpgroups | 64×128 `wgmma` | 161 KiB | 1 | sm_90a |
 //! | 9 | 128×256×64 | 4 | 2 warpgroups | 64×256 `wgmma` | 193 KiB | 1 | sm_90a, large shapes |
 //! | 10 | 64×128×64 | 4 | 1 warpgroup | 64×128 `wgmma` | 97 KiB | 2 | sm_90a, small m and n |
+//! | 11 | 128×256×64 | 4 | 2 + 1 producer warpgroups | 64×256 `wgmma` | 193 KiB | 1 | sm_90a, warp-specialised |
 //!
 //! 64×64 warp tiles read 32 FLOP per byte of shared memory (`ldmatrix`), 64×32 ones 21:
 //! on Hopper the latter are bound by shared-memory bandwidth near mma.sync's peak.
@@ -63,7 +64,10 @@
 //! (emulated). In the portable sm_90 module, and in [`matmul_nn`] (whose `B[k, n]` would
 //! need N-major operands), they run the `mma.sync` pipeline with the same CTA tile and
 //! same threads (`BK = 32`, 6 stages, warps as in the `WARPS_M × WARPS_N` of the config
-//! line).
+//! line). Config 11 (`WG = 2`) is config 9 with warp specialisation: a third warpgroup
+//! copies through `mbarrier`-guarded stages while the two others only compute
+//! ([`wgmma`], "Warp specialisation"); its `mma.sync` fallback computes the block in two
+//! 128×128 halves with the 256 threads of the `WARPS_M × WARPS_N` warps.
 //!
 //! [`matmul_nn`] has the same configs.
 
@@ -80,20 +84,78 @@ use wgmma::WgTile;
 /// `WARPS_M`, `WARPS_N`), with B layout `$nn`. A `wgmma` config (`WG = 1`) run by the
 /// `mma.sync` pipeline uses `BK = 32` and 6 stages (less shared memory than the launch
 /// gives): with `BK = 64` its 64×64 warp tiles spill registers.
+///
+/// A warp-specialised config (`WG = 2`) run by the `mma.sync` pipeline computes its block
+/// in `HALVES = 2` column halves, one after the other: the whole block with its
+/// `WARPS_M × WARPS_N` warps needs about 242 registers per thread, more than a CTA of
+/// `THREADS` (which counts the producer warpgroup) can have.
 macro_rules! config_tile {
     ($nn:literal) => {
         Tile<
             { BM as usize },
-            { BN as usize },
-            { if WG == 1 { 32 } else { BK as usize } },
-            { if WG == 1 { 6 } else { STAGES as usize } },
+            { (BN / HALVES) as usize },
+            { if WG >= 1 { 32 } else { BK as usize } },
+            { if WG >= 1 { 6 } else { STAGES as usize } },
             { WARPS_M as usize },
             { WARPS_N as usize },
             { (BM / WARPS_M / 16) as usize },
-            { (BN / WARPS_N / 8) as usize },
+            { (BN / HALVES / WARPS_N / 8) as usize },
             $nn,
         >
     };
+}
+
+/// Runs the `mma.sync` pipeline `G` over the config's block `(pid_m, pid_n)`: in one piece
+/// (`halves == 1`, what the compiler sees after inlining), or in `halves` column halves of
+/// a warp-specialised config (whose producer warpgroup, the threads past
+/// `WARPS_M × WARPS_N` warps, has nothing to do here and leaves).
+///
+/// # Safety
+/// As for [`Tile::mainloop`] and [`Tile::store`]; the first tile (`tile`, column block
+/// `pid_n · halves`) had its [`Tile::prefetch_b`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn mma_sync_block<
+    const BM: usize,
+    const BN: usize,
+    const BK: usize,
+    const STAGES: usize,
+    const WARPS_M: usize,
+    const WARPS_N: usize,
+    const MI: usize,
+    const NI: usize,
+    const NN: bool,
+>(
+    tile: &Tile<BM, BN, BK, STAGES, WARPS_M, WARPS_N, MI, NI, NN>,
+    halves: u32,
+    (pid_m, pid_n): (u32, u32),
+    (m, n, k): (u32, u32, u32),
+    (a, b, c): (*const bf16, *const bf16, *mut bf16),
+) {
+    if halves == 1 {
+        // SAFETY: forwarded.
+        unsafe {
+            let acc = tile.mainloop(a, b);
+            tile.store(&acc, c);
+        }
+        return;
+    }
+    if megaops::device::thread::linear_thread_idx() >= (WARPS_M * WARPS_N * 32) as u32 {
+        return;
+    }
+    // SAFETY (whole body): forwarded; each half is a whole `Tile` block with its own
+    // prefetch, and `store` ends with a barrier before the next half reuses the memory.
+    unsafe {
+        let acc = tile.mainloop(a, b);
+        tile.store(&acc, c);
+        for h in 1..halves {
+            let next =
+                Tile::<BM, BN, BK, STAGES, WARPS_M, WARPS_N, MI, NI, NN>::new(pid_m, pid_n * halves + h, m, n, k);
+            next.prefetch_b(b);
+            let acc = next.mainloop(a, b);
+            next.store(&acc, c);
+        }
+    }
 }
 
 /// `C = A · Wᵀ` in bf16 with f32 accumulation: `C[i, j] = Σ_k A[i, k] · W[j, k]`, the
@@ -118,7 +180,7 @@ macro_rules! config_tile {
 #[rustfmt::skip] // one line per tile config
 #[megaops::kernel(
     block = THREADS,
-    smem = (BM + BN) * BK * 2 * STAGES + WG * 1024,
+    smem = (BM + BN) * BK * 2 * STAGES + if WG > 0 { 1024 } else { 0 },
     input(a[m, k] = [pid_m: BM, _]),
     output(c[m, n] = [pid_m: BM, pid_n: BN]),
     tensor(b[n, k]),
@@ -135,22 +197,24 @@ macro_rules! config_tile {
 #[config(BM = 128, BN = 128, BK = 64, STAGES = 5, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 1)]
 #[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 1)]
 #[config(BM = 64, BN = 128, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 1)]
+#[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 384, WG = 2)]
 pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u32, k: u32) {
     const _: () = assert!(
-        THREADS == WARPS_M * WARPS_N * 32,
-        "THREADS must be WARPS_M * WARPS_N * 32"
+        THREADS == WARPS_M * WARPS_N * 32 + if WG == 2 { 128 } else { 0 },
+        "THREADS must be WARPS_M * WARPS_N * 32, plus a producer warpgroup of 128 when WG = 2"
     );
+    const HALVES: u32 = if WG == 2 { 2 } else { 1 };
     // `wgmma` configs use it where it exists: sm_90a, and the CPU backend (which
     // emulates it); elsewhere they run the `mma.sync` pipeline with the same tile.
-    const USE_WG: bool = WG == 1 && cfg!(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"));
+    const USE_WG: bool = WG >= 1 && cfg!(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"));
     type G = config_tile!(false);
-    type W = WgTile<{ BM as usize }, { BN as usize }, { STAGES as usize }, { (BN / 8) as usize }, USE_WG>;
+    type W = WgTile<{ BM as usize }, { BN as usize }, { STAGES as usize }, { (BN / 8) as usize }, { WG == 2 }, USE_WG>;
     const _: () = assert!(
         !USE_WG || (W::THREADS == THREADS as usize && W::SMEM_BYTES <= ((BM + BN) * BK * 2 * STAGES + 1024) as usize && BK == 64),
         "a wgmma config needs THREADS = BM / 64 * 128, BK = 64 and its shared memory"
     );
     #[prefetch]
-    let tile = G::new(pid_m, pid_n, m, n, k);
+    let tile = G::new(pid_m, pid_n * HALVES, m, n, k);
     #[prefetch]
     let wtile = W::new(pid_m, pid_n, m, n, k);
     // SAFETY: every thread of the CTA runs these in order (no divergence before them);
@@ -166,11 +230,9 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
         // SAFETY: `c` is `[m, n]` (checked by the launcher) and 16-byte aligned.
         unsafe { wtile.store(&acc, c) };
     } else {
-        // SAFETY: as above; the launch gives the CTA at least
-        // `(BM + BN) * BK * 2 * STAGES` bytes of dynamic shared memory = `G::SMEM_BYTES`.
-        let acc = unsafe { tile.mainloop(a, b) };
-        // SAFETY: `c` is `[m, n]` (checked by the launcher) and 16-byte aligned.
-        unsafe { tile.store(&acc, c) };
+        // SAFETY: as above; the launch gives the CTA at least `G::SMEM_BYTES` of dynamic
+        // shared memory; `c` is `[m, n]` (checked by the launcher) and 16-byte aligned.
+        unsafe { mma_sync_block(&tile, HALVES, (pid_m, pid_n), (m, n, k), (a, b, c)) };
     }
 }
 
@@ -187,7 +249,7 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
 #[rustfmt::skip] // one line per tile config
 #[megaops::kernel(
     block = THREADS,
-    smem = (BM + BN) * BK * 2 * STAGES + WG * 1024,
+    smem = (BM + BN) * BK * 2 * STAGES + if WG > 0 { 1024 } else { 0 },
     input(a[m, k] = [pid_m: BM, _]),
     output(c[m, n] = [pid_m: BM, pid_n: BN]),
     tensor(b[k, n]),
@@ -204,26 +266,25 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
 #[config(BM = 128, BN = 128, BK = 64, STAGES = 5, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 1)]
 #[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 1)]
 #[config(BM = 64, BN = 128, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 1)]
+#[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 384, WG = 2)]
 pub unsafe fn matmul_nn(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u32, k: u32) {
     const _: () = assert!(
-        THREADS == WARPS_M * WARPS_N * 32,
-        "THREADS must be WARPS_M * WARPS_N * 32"
+        THREADS == WARPS_M * WARPS_N * 32 + if WG == 2 { 128 } else { 0 },
+        "THREADS must be WARPS_M * WARPS_N * 32, plus a producer warpgroup of 128 when WG = 2"
     );
-    // `matmul_nn` has no `wgmma` path (B would be N-major): its `WG = 1` configs run the
-    // `mma.sync` pipeline with the same tile.
-    let _ = WG;
+    const HALVES: u32 = if WG == 2 { 2 } else { 1 };
+    // `matmul_nn` has no `wgmma` path (B would be N-major): its `WG >= 1` configs run the
+    // `mma.sync` pipeline with the same block.
     type G = config_tile!(true);
     #[prefetch]
-    let tile = G::new(pid_m, pid_n, m, n, k);
+    let tile = G::new(pid_m, pid_n * HALVES, m, n, k);
     // SAFETY: as in `matmul`, with `b` the `[k, n]` matrix and `n % 8 == 0`.
     #[prefetch]
     unsafe {
         tile.prefetch_b(b)
     };
     // SAFETY: as in `matmul`.
-    let acc = unsafe { tile.mainloop(a, b) };
-    // SAFETY: as in `matmul`.
-    unsafe { tile.store(&acc, c) };
+    unsafe { mma_sync_block(&tile, HALVES, (pid_m, pid_n), (m, n, k), (a, b, c)) };
 }
 
 #[cfg(not(target_arch = "nvptx64"))]

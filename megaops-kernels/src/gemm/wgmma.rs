@@ -44,6 +44,29 @@
 //! k-tiles of MMAs to land. With `BM = 192` (three warpgroups) the first 256 threads copy
 //! and store; the third warpgroup only computes.
 //!
+//! # Warp specialisation (`WS = true`)
+//!
+//! The CTA gets one more warpgroup, the producer, which does nothing but copy; the `BM /
+//! 64` consumer warpgroups only wait, compute and release. Each stage has two
+//! [`MBarrier`]s in static shared memory: *full* (expects the producer's 128 threads) and
+//! *empty* (expects one arrival per consumer warp).
+//!
+//! ```text
+//! producer, k-tile kt in stage s = kt % STAGES, round r = kt / STAGES:
+//!   r > 0: wait empty[s] for round r - 1      the consumers are done with the stage
+//!   cp.async A (and W past the prefetched first STAGES k-tiles) into stage s
+//!   cp.async.mbarrier.arrive.noinc full[s]    arrives when this thread's copies land
+//! consumer, k-tile kt:
+//!   wait full[s] for round r; fence.proxy.async.shared::cta
+//!   wgmma.fence; 4 × wgmma; wgmma.commit_group; wgmma.wait_group(1)
+//!   lane 0 of each warp: arrive empty[stage of kt - 1]
+//! ```
+//!
+//! No CTA-wide barrier runs in the mainloop, the consumers issue no copies (so their
+//! registers hold the 128×256 accumulators with room to spare under the 168 a CTA of 384
+//! threads allows), and the producer runs up to `STAGES` k-tiles ahead. The barriers'
+//! waits are bounded ([`MBarrier::wait_parity`]).
+//!
 //! # Edges
 //!
 //! As in [`super::pipeline`]: copies past `m`, `n` or `k` are zero-filled, the epilogue
@@ -54,9 +77,12 @@ use super::pipeline::{copy_k_rows, next_stage};
 use super::tile::{copy_threads, unroll};
 use megaops::bf16;
 use megaops::device::fence::fence_proxy_async_shared_cta;
+use megaops::device::mbarrier::MBarrier;
 use megaops::device::memory::{cp_async_commit_group, cp_async_wait_group};
 use megaops::device::shared::{self, SharedPtr};
-use megaops::device::thread::{linear_thread_idx, sync_threads};
+use megaops::device::static_shared;
+use megaops::device::thread::{lane_id, linear_thread_idx, sync_threads};
+use megaops::device::warp::shfl_sync;
 use megaops::device::wgmma::{
     SmemMatrix, wgmma_commit_group, wgmma_fence, wgmma_m64n128k16_bf16, wgmma_m64n256k16_bf16, wgmma_wait_group,
 };
@@ -72,7 +98,14 @@ const BK: usize = 64;
 /// kernel whose config does not use this path names the type with `ON = false`, and then
 /// no constraint is checked. Invalid combinations with `ON` fail to compile
 /// ([`WgTile::CHECK`]).
-pub struct WgTile<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, const ON: bool> {
+pub struct WgTile<
+    const BM: usize,
+    const BN: usize,
+    const STAGES: usize,
+    const N8: usize,
+    const WS: bool,
+    const ON: bool,
+> {
     smem: SharedPtr<u8>,
     m: u32,
     n: u32,
@@ -83,13 +116,24 @@ pub struct WgTile<const BM: usize, const BN: usize, const STAGES: usize, const N
     tid: u32,
 }
 
-impl<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, const ON: bool>
-    WgTile<BM, BN, STAGES, N8, ON>
+impl<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, const WS: bool, const ON: bool>
+    WgTile<BM, BN, STAGES, N8, WS, ON>
 {
-    /// Threads per CTA: one warpgroup per 64 rows.
-    pub const THREADS: usize = BM / 64 * 128;
-    /// Threads that copy tiles and store `C` ([`copy_threads`]: 256 of a CTA of 384).
-    const COPY: usize = copy_threads(Self::THREADS);
+    /// Threads that issue `wgmma`: one warpgroup per 64 rows.
+    const CONSUMERS: usize = BM / 64 * 128;
+    /// Threads per CTA: the consumers, plus the producer warpgroup when warp-specialised.
+    pub const THREADS: usize = Self::CONSUMERS + if WS { 128 } else { 0 };
+    /// Threads that copy tiles: the producer warpgroup, or [`copy_threads`] of the
+    /// consumers (256 of 384).
+    const COPY: usize = if WS { 128 } else { copy_threads(Self::CONSUMERS) };
+    /// The first copying thread.
+    const COPY0: u32 = if WS { Self::CONSUMERS as u32 } else { 0 };
+    /// Threads that store `C` (consumers only: they hold the accumulators).
+    const STORE: usize = copy_threads(Self::CONSUMERS);
+    /// k-tiles of W that [`WgTile::prefetch_b`] requests: every stage when
+    /// warp-specialised (all are free at the start), else the `STAGES - 2` the
+    /// synchronous schedule copies ahead.
+    const PREFETCH: usize = if WS { STAGES } else { STAGES - 2 };
     /// Bytes of one A stage.
     const A_STAGE: usize = BM * BK * 2;
     /// Bytes of one B stage.
@@ -111,6 +155,10 @@ impl<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, con
             );
             assert!(N8 * 8 == BN, "N8 must be BN / 8");
             assert!(STAGES >= 3 && STAGES <= 8, "STAGES must be 3..=8");
+            assert!(
+                !WS || BM <= 128,
+                "a warp-specialised tile has at most two consumer warpgroups"
+            );
             assert!(
                 BM.is_multiple_of(Self::COPY / 8) && BN.is_multiple_of(Self::COPY / 8),
                 "tiles not covered by whole copy iterations"
@@ -163,7 +211,8 @@ impl<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, con
         let to = self.smem.byte_add(Self::a_stage(stage) as usize);
         // SAFETY: forwarded; COPY / 8 rows per copy iteration is 16 or 32, a multiple
         // of the swizzle's 8 rows.
-        unsafe { copy_k_rows::<BM, BK>(to, self.tid, Self::COPY, a, self.row0, self.m, self.k, kt) }
+        let tid = self.tid.wrapping_sub(Self::COPY0);
+        unsafe { copy_k_rows::<BM, BK>(to, tid, Self::COPY, a, self.row0, self.m, self.k, kt) }
     }
 
     /// Starts the copies of W's k-tile `kt` into stage `stage` (no commit).
@@ -174,23 +223,100 @@ impl<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, con
     unsafe fn load_b(&self, b: *const bf16, stage: u32, kt: u32) {
         let to = self.smem.byte_add(Self::b_stage(stage) as usize);
         // SAFETY: as in `load_a`.
-        unsafe { copy_k_rows::<BN, BK>(to, self.tid, Self::COPY, b, self.col0, self.n, self.k, kt) }
+        let tid = self.tid.wrapping_sub(Self::COPY0);
+        unsafe { copy_k_rows::<BN, BK>(to, tid, Self::COPY, b, self.col0, self.n, self.k, kt) }
     }
 
-    /// Starts the copies of W's first `STAGES - 2` k-tiles (uncommitted: they join the
-    /// first commit group of [`WgTile::mainloop`]). Call it before the wait for A, so the
-    /// weights stream in while the producer of A finishes (paper §3.2).
+    /// Starts the copies of W's first k-tiles ([`Self::PREFETCH`]; uncommitted: they join
+    /// the first commit group, or the first full barrier, of [`WgTile::mainloop`]). Call it
+    /// before the wait for A, so the weights stream in while the producer of A finishes
+    /// (paper §3.2).
     ///
     /// # Safety
     /// All threads of the CTA call it, with the same `b`, as for [`WgTile::mainloop`].
     #[inline(always)]
     pub unsafe fn prefetch_b(&self, b: *const bf16) {
-        unroll!(s in 0..STAGES - 2 => {
+        unroll!(s in 0..Self::PREFETCH => {
             if (s as u32) < self.ktiles {
                 // SAFETY: forwarded; stage `s` is untouched until the mainloop's first wait.
                 unsafe { self.load_b(b, s as u32, s as u32) };
             }
         });
+    }
+
+    /// The warp-specialised schedule (module docs, "Warp specialisation"): the last
+    /// warpgroup copies, the others compute; stages are handed over through a full and an
+    /// empty [`MBarrier`] each.
+    ///
+    /// # Safety
+    /// As for [`WgTile::mainloop`].
+    #[inline(always)]
+    unsafe fn mainloop_specialised(&self, a: *const bf16, b: *const bf16) -> [[f32; 4]; N8] {
+        let mut acc = [[0.0f32; 4]; N8];
+        let bars = static_shared!(GEMM_STAGE_BARRIERS: [u64; 16]).cast::<u64>();
+        // SAFETY: 2·STAGES <= 16 barriers (CHECK) of the CTA's static shared memory, used
+        // only here; initialised by thread 0 before the barrier below.
+        let full = |s: u32| unsafe { MBarrier::at(bars.add(s as usize)) };
+        // SAFETY: as above.
+        let empty = |s: u32| unsafe { MBarrier::at(bars.add(8 + s as usize)) };
+        // SAFETY (whole body): the caller's contract covers every copy; full barriers
+        // order each stage's copies before its MMAs, empty barriers its MMAs before the
+        // next copies into it (module docs).
+        unsafe {
+            if self.tid == 0 {
+                unroll!(s in 0..STAGES => {
+                    full(s as u32).init(Self::COPY as u32);
+                    empty(s as u32).init((Self::CONSUMERS / 32) as u32);
+                });
+            }
+            sync_threads();
+            let (mut stage, mut parity) = (0u32, 0u32);
+            // The warpgroup as a warp-uniform value (broadcast from lane 0): ptxas then
+            // sees the role branch as uniform and keeps the `wgmma`s pipelined instead of
+            // serialising them for a possibly divergent warpgroup.
+            let warpgroup = shfl_sync(u32::MAX, self.tid / 128, 0);
+            if warpgroup >= (Self::CONSUMERS / 128) as u32 {
+                // Producer: refill each stage once its MMAs are done.
+                for kt in 0..self.ktiles {
+                    if kt >= STAGES as u32 {
+                        empty(stage).wait_parity(parity ^ 1);
+                    }
+                    self.load_a(a, stage, kt);
+                    if kt >= Self::PREFETCH as u32 {
+                        self.load_b(b, stage, kt);
+                    }
+                    full(stage).arrive_on_copies();
+                    (stage, parity) = advance::<STAGES>(stage, parity);
+                }
+                return acc;
+            }
+            // Consumers.
+            let mut previous = 0u32;
+            for kt in 0..self.ktiles {
+                full(stage).wait_parity(parity);
+                fence_proxy_async_shared_cta();
+                let a_tile = self
+                    .smem
+                    .byte_add((Self::a_stage(stage) + warpgroup * 64 * 128) as usize);
+                let b_tile = self.smem.byte_add(Self::b_stage(stage) as usize);
+                let (am, bm) = (SmemMatrix::k_major_sw128(a_tile), SmemMatrix::k_major_sw128(b_tile));
+                wgmma_fence();
+                unroll!(ks in 0..BK / 16 => {
+                    Self::step(&mut acc, am.offset(32 * ks as u32), bm.offset(32 * ks as u32));
+                });
+                wgmma_commit_group();
+                // k-tile kt - 1's MMAs are done: its stage may be refilled (one arrival
+                // per warp).
+                wgmma_wait_group::<1>();
+                if kt > 0 && lane_id() == 0 {
+                    empty(previous).arrive();
+                }
+                previous = stage;
+                (stage, parity) = advance::<STAGES>(stage, parity);
+            }
+            wgmma_wait_group::<0>();
+        }
+        acc
     }
 
     /// One `m64nBNk16` step: `acc += A·Bᵀ` for the operands `a`, `b`.
@@ -222,6 +348,22 @@ impl<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, con
     /// least [`Self::SMEM_BYTES`] of dynamic shared memory.
     #[inline(always)]
     pub unsafe fn mainloop(&self, a: *const bf16, b: *const bf16) -> [[f32; 4]; N8] {
+        // SAFETY: forwarded.
+        unsafe {
+            if WS {
+                self.mainloop_specialised(a, b)
+            } else {
+                self.mainloop_synchronous(a, b)
+            }
+        }
+    }
+
+    /// The schedule without warp specialisation (module docs, "Schedule").
+    ///
+    /// # Safety
+    /// As for [`WgTile::mainloop`].
+    #[inline(always)]
+    unsafe fn mainloop_synchronous(&self, a: *const bf16, b: *const bf16) -> [[f32; 4]; N8] {
         let mut acc = [[0.0f32; 4]; N8];
         let ahead = STAGES as u32 - 2;
         let warpgroup = self.tid / 128;
@@ -284,6 +426,9 @@ impl<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, con
         let row = 16 * (self.tid / 32);
         // Staged in blocks of 16 × 128 columns (`stage_acc` unrolls at most 16 n8 tiles).
         let stage = || {
+            if self.tid >= Self::CONSUMERS as u32 {
+                return; // the producer warpgroup holds no accumulators
+            }
             unroll!(h in 0..N8 / 16 => {
                 if let Ok(half) = <&[[f32; 4]; 16]>::try_from(&acc[16 * h..16 * h + 16]) {
                     // SAFETY: this thread's fragment positions of its warp's rows.
@@ -293,8 +438,15 @@ impl<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, con
         };
         // SAFETY: forwarded; warp `i` owns rows 16i..16i+16 × all BN columns, so the warp
         // blocks tile the CTA block; CHECK asserts the C tile fits.
-        unsafe { store_c_with::<BM, BN>(&dst, Self::COPY, c, stage) }
+        unsafe { store_c_with::<BM, BN>(&dst, Self::STORE, c, stage) }
     }
+}
+
+/// The stage after `stage` and the parity of its round (flips when the stages wrap).
+#[inline(always)]
+fn advance<const STAGES: usize>(stage: u32, parity: u32) -> (u32, u32) {
+    let next = next_stage::<STAGES>(stage);
+    (next, if next == 0 { parity ^ 1 } else { parity })
 }
 
 /// `cp.async.wait_group STAGES-3`: of the `STAGES - 2` k-tiles copied ahead, the oldest
