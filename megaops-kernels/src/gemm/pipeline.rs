@@ -45,7 +45,7 @@
 
 use super::tile::{copy_threads, swizzle_bytes, unroll};
 use megaops::bf16;
-use megaops::device::memory::{cp_async_cg_16_zfill, cp_async_commit_group, cp_async_wait_group};
+use megaops::device::memory::{cp_async_cg_16, cp_async_cg_16_zfill, cp_async_commit_group, cp_async_wait_group};
 use megaops::device::mma::{ldmatrix_x4, ldmatrix_x4_trans, mma_m16n8k16_bf16_f32};
 use megaops::device::shared::{self, SharedPtr};
 use megaops::device::thread::{lane_id, linear_thread_idx, sync_threads};
@@ -505,6 +505,42 @@ pub(crate) unsafe fn copy_k_rows<const ROWS: usize, const BK: usize>(
             };
             cp_async_cg_16_zfill(dst.byte_add(i * threads * 16), from.cast(), if ok { bytes } else { 0 });
         }
+    }
+}
+
+/// [`copy_k_rows`] for a tile that lies wholly inside the matrix (`first + ROWS <= limit`
+/// and `(kt + 1)·BK <= k`): the same copies, without the per-row bounds checks and the
+/// zero fill, so a thread issues each 16-byte `cp.async.cg` after one address add
+/// (a warp-specialised producer issues every copy of the CTA, so its instruction count
+/// is what delays the stage).
+///
+/// # Safety
+/// As for [`copy_k_rows`], and the tile is interior as above.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) unsafe fn copy_k_rows_interior<const ROWS: usize, const BK: usize>(
+    to: SharedPtr<u8>,
+    tid: u32,
+    threads: usize,
+    src: *const bf16,
+    first: u32,
+    k: u32,
+    kt: u32,
+) {
+    if tid >= threads as u32 {
+        return;
+    }
+    let cpr = (BK / 8) as u32;
+    let rows_per_iter = threads / (BK / 8);
+    let (r0, ch) = (tid / cpr, tid % cpr);
+    let dst = to.byte_add(swizzle_bytes(r0, ch, cpr) as usize);
+    let base = src.wrapping_add((first + r0) as usize * k as usize + (kt * BK as u32 + ch * 8) as usize);
+    let stride = rows_per_iter * k as usize;
+    for i in 0..ROWS / rows_per_iter {
+        // SAFETY: the tile is interior (caller), so the 16 bytes at row `first + r0 +
+        // i·rows_per_iter`, column `kt·BK + 8·ch` are inside the matrix and 16-byte
+        // aligned (`k % 8 == 0`); the destination is this thread's chunk of the tile.
+        unsafe { cp_async_cg_16(dst.byte_add(i * threads * 16), base.wrapping_add(i * stride).cast()) }
     }
 }
 

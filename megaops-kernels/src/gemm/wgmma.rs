@@ -73,7 +73,7 @@
 //! stores in-bounds elements only; `k % 8 == 0`.
 
 use super::epilogue::{CTile, stage_acc, store_c_with};
-use super::pipeline::{copy_k_rows, next_stage};
+use super::pipeline::{copy_k_rows, copy_k_rows_interior, next_stage};
 use super::tile::{copy_threads, unroll};
 use megaops::bf16;
 use megaops::device::fence::fence_proxy_async_shared_cta;
@@ -209,10 +209,15 @@ impl<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, con
     #[inline(always)]
     unsafe fn load_a(&self, a: *const bf16, stage: u32, kt: u32) {
         let to = self.smem.byte_add(Self::a_stage(stage) as usize);
-        // SAFETY: forwarded; COPY / 8 rows per copy iteration is 16 or 32, a multiple
-        // of the swizzle's 8 rows.
         let tid = self.tid.wrapping_sub(Self::COPY0);
-        unsafe { copy_k_rows::<BM, BK>(to, tid, Self::COPY, a, self.row0, self.m, self.k, kt) }
+        if WS && self.row0 + BM as u32 <= self.m && (kt + 1) * BK as u32 <= self.k {
+            // SAFETY: forwarded; COPY / 8 rows per copy iteration is 16 or 32, a multiple
+            // of the swizzle's 8 rows; the tile is interior.
+            unsafe { copy_k_rows_interior::<BM, BK>(to, tid, Self::COPY, a, self.row0, self.k, kt) }
+        } else {
+            // SAFETY: as above, without the interior condition.
+            unsafe { copy_k_rows::<BM, BK>(to, tid, Self::COPY, a, self.row0, self.m, self.k, kt) }
+        }
     }
 
     /// Starts the copies of W's k-tile `kt` into stage `stage` (no commit).
@@ -222,9 +227,14 @@ impl<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, con
     #[inline(always)]
     unsafe fn load_b(&self, b: *const bf16, stage: u32, kt: u32) {
         let to = self.smem.byte_add(Self::b_stage(stage) as usize);
-        // SAFETY: as in `load_a`.
         let tid = self.tid.wrapping_sub(Self::COPY0);
-        unsafe { copy_k_rows::<BN, BK>(to, tid, Self::COPY, b, self.col0, self.n, self.k, kt) }
+        if WS && self.col0 + BN as u32 <= self.n && (kt + 1) * BK as u32 <= self.k {
+            // SAFETY: as in `load_a`.
+            unsafe { copy_k_rows_interior::<BN, BK>(to, tid, Self::COPY, b, self.col0, self.k, kt) }
+        } else {
+            // SAFETY: as in `load_a`.
+            unsafe { copy_k_rows::<BN, BK>(to, tid, Self::COPY, b, self.col0, self.n, self.k, kt) }
+        }
     }
 
     /// Starts the copies of W's first k-tiles ([`Self::PREFETCH`]; uncommitted: they join
