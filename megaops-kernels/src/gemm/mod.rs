@@ -55,6 +55,7 @@
 //! | 9 | 128×256×64 | 4 | 2 warpgroups | 64×256 `wgmma` | 193 KiB | 1 | sm_90a, large shapes |
 //! | 10 | 64×128×64 | 4 | 1 warpgroup | 64×128 `wgmma` | 97 KiB | 2 | sm_90a, small m and n |
 //! | 11 | 128×256×64 | 4 | 2 + 1 producer warpgroups | 64×256 `wgmma` | 193 KiB | 1 | sm_90a, warp-specialised |
+//! | 12 | 128×128×64 | 6 | 2 + 1 producer warpgroups | 64×128 `wgmma` | 193 KiB | 1 | sm_90a, warp-specialised, fewer tiles |
 //!
 //! 64×64 warp tiles read 32 FLOP per byte of shared memory (`ldmatrix`), 64×32 ones 21:
 //! on Hopper the latter are bound by shared-memory bandwidth near mma.sync's peak.
@@ -64,10 +65,10 @@
 //! (emulated). In the portable sm_90 module, and in [`matmul_nn`] (whose `B[k, n]` would
 //! need N-major operands), they run the `mma.sync` pipeline with the same CTA tile and
 //! same threads (`BK = 32`, 6 stages, warps as in the `WARPS_M × WARPS_N` of the config
-//! line). Config 11 (`WG = 2`) is config 9 with warp specialisation: a third warpgroup
-//! copies through `mbarrier`-guarded stages while the two others only compute
-//! ([`wgmma`], "Warp specialisation"); its `mma.sync` fallback computes the block in two
-//! 128×128 halves with the 256 threads of the `WARPS_M × WARPS_N` warps.
+//! line). Configs 11 and 12 (`WG = 2`) add warp specialisation to 128×256 and 128×128
+//! tiles: a third warpgroup copies through `mbarrier`-guarded stages while the two others
+//! only compute ([`wgmma`], "Warp specialisation"); their `mma.sync` fallback computes the
+//! block in two column halves with the 256 threads of the `WARPS_M × WARPS_N` warps.
 //!
 //! [`matmul_nn`] has the same configs.
 
@@ -198,6 +199,7 @@ unsafe fn mma_sync_block<
 #[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 1)]
 #[config(BM = 64, BN = 128, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 1)]
 #[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 384, WG = 2)]
+#[config(BM = 128, BN = 128, BK = 64, STAGES = 6, WARPS_M = 4, WARPS_N = 2, THREADS = 384, WG = 2)]
 pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u32, k: u32) {
     const _: () = assert!(
         THREADS == WARPS_M * WARPS_N * 32 + if WG == 2 { 128 } else { 0 },
@@ -267,6 +269,7 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
 #[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 1)]
 #[config(BM = 64, BN = 128, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 1)]
 #[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 384, WG = 2)]
+#[config(BM = 128, BN = 128, BK = 64, STAGES = 6, WARPS_M = 4, WARPS_N = 2, THREADS = 384, WG = 2)]
 pub unsafe fn matmul_nn(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u32, k: u32) {
     const _: () = assert!(
         THREADS == WARPS_M * WARPS_N * 32 + if WG == 2 { 128 } else { 0 },
