@@ -152,7 +152,9 @@ impl MlpPath {
 /// The `matmul` configs of an MLP block's prefill GEMMs (`[gate/up, down]`) for `m`
 /// rows on `sms` SMs. Both use the `wgmma` tiles ([`gemm_config`] with `wgmma`) when
 /// `m ≥ 2048` or when the gate/up GEMM has at least two waves of 128×256 tiles, else
-/// both use the `mma.sync` ones. Measured on the H200 (`bench/RESULTS.md`, runs J and K):
+/// both use the `mma.sync` ones. The 128×256 `wgmma` tile is the warp-specialised config
+/// 11 (run O: the prefill block 8–9 % faster than with config 9, overlapped 0.99–1.10× of
+/// serial). Measured on the H200 (`bench/RESULTS.md`, runs J and K, with config 9):
 /// with `wgmma` tiles the block is 8–28 % faster at m = 4096 and 8192 and the overlapped
 /// forward still gains 1.04–1.14×; at m = 1024 they took Qwen3-0.6B (1.45 waves of
 /// gate/up tiles) to 0.97× of its serial forward, the `mma.sync` tiles to 1.01×, while
@@ -633,7 +635,7 @@ mod tests {
 
     #[test]
     fn mlp_prefill_uses_wgmma_tiles_for_long_or_wide_gemms() {
-        // The configurations measured in runs J and K (bench/RESULTS.md).
+        // The configurations measured in runs J, K and O (bench/RESULTS.md).
         assert_eq!(mlp_gemm_configs(1024, 1024, 3072, 132), [0, 5], "Qwen3-0.6B, m = 1024");
         assert_eq!(
             mlp_gemm_configs(1024, 2048, 8192, 132),

@@ -23,7 +23,7 @@
 //! - epilogue: `cvt.rn.bf16x2.f32`, a swizzled C tile in shared memory, 16-byte
 //!   `st.global.v4` stores with bounds checks ([`epilogue`]).
 //!
-//! Details in [`pipeline`]; the sm_90a `wgmma` mainloop of configs 8–10 in [`wgmma`].
+//! Details in [`pipeline`]; the sm_90a `wgmma` mainloops of configs 8–12 in [`wgmma`].
 //!
 //! # Requirements (checked by the generated launchers before anything runs)
 //!
@@ -95,8 +95,8 @@ macro_rules! config_tile {
         Tile<
             { BM as usize },
             { (BN / HALVES) as usize },
-            { if WG >= 1 { 32 } else { BK as usize } },
-            { if WG >= 1 { 6 } else { STAGES as usize } },
+            { if WG != 0 { 32 } else { BK as usize } },
+            { if WG != 0 { 6 } else { STAGES as usize } },
             { WARPS_M as usize },
             { WARPS_N as usize },
             { (BM / WARPS_M / 16) as usize },
@@ -172,16 +172,18 @@ unsafe fn mma_sync_block<
 /// PTX: `cp.async.cg.shared.global` (16 B, zero-fill), `cp.async.commit_group` /
 /// `wait_group`, `ldmatrix.sync.aligned.m8n8.x4.shared.b16`,
 /// `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`, `cvt.rn.bf16x2.f32`,
-/// `st.global.v4.u32` (sm_80+); configs 8–10 on sm_90a: `fence.proxy.async.shared::cta`,
+/// `st.global.v4.u32` (sm_80+); configs 8–12 on sm_90a: `fence.proxy.async.shared::cta`,
 /// `wgmma.fence` / `wgmma.mma_async.sync.aligned.m64n{128,256}k16.f32.bf16.bf16` /
-/// `wgmma.commit_group` / `wgmma.wait_group` instead of `ldmatrix` and `mma.sync`.
+/// `wgmma.commit_group` / `wgmma.wait_group` instead of `ldmatrix` and `mma.sync`;
+/// configs 11–12 also `mbarrier.init` / `mbarrier.arrive` / `mbarrier.try_wait.parity` and
+/// `cp.async.mbarrier.arrive.noinc` instead of `cp.async.wait_group` and `bar.sync`.
 ///
 /// # Safety
 /// The pointers are valid for the shapes above and 16-byte aligned; `k % 8 == 0`.
 #[rustfmt::skip] // one line per tile config
 #[megaops::kernel(
     block = THREADS,
-    smem = (BM + BN) * BK * 2 * STAGES + if WG > 0 { 1024 } else { 0 },
+    smem = (BM + BN) * BK * 2 * STAGES + if WG != 0 { 1024 } else { 0 },
     input(a[m, k] = [pid_m: BM, _]),
     output(c[m, n] = [pid_m: BM, pid_n: BN]),
     tensor(b[n, k]),
@@ -208,7 +210,7 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
     const HALVES: u32 = if WG == 2 { 2 } else { 1 };
     // `wgmma` configs use it where it exists: sm_90a, and the CPU backend (which
     // emulates it); elsewhere they run the `mma.sync` pipeline with the same tile.
-    const USE_WG: bool = WG >= 1 && cfg!(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"));
+    const USE_WG: bool = WG != 0 && cfg!(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"));
     type G = config_tile!(false);
     type W = WgTile<{ BM as usize }, { BN as usize }, { STAGES as usize }, { (BN / 8) as usize }, { WG == 2 }, USE_WG>;
     const _: () = assert!(
@@ -251,7 +253,7 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
 #[rustfmt::skip] // one line per tile config
 #[megaops::kernel(
     block = THREADS,
-    smem = (BM + BN) * BK * 2 * STAGES + if WG > 0 { 1024 } else { 0 },
+    smem = (BM + BN) * BK * 2 * STAGES + if WG != 0 { 1024 } else { 0 },
     input(a[m, k] = [pid_m: BM, _]),
     output(c[m, n] = [pid_m: BM, pid_n: BN]),
     tensor(b[k, n]),
@@ -276,7 +278,7 @@ pub unsafe fn matmul_nn(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n:
         "THREADS must be WARPS_M * WARPS_N * 32, plus a producer warpgroup of 128 when WG = 2"
     );
     const HALVES: u32 = if WG == 2 { 2 } else { 1 };
-    // `matmul_nn` has no `wgmma` path (B would be N-major): its `WG >= 1` configs run the
+    // `matmul_nn` has no `wgmma` path (B would be N-major): its `WG != 0` configs run the
     // `mma.sync` pipeline with the same block.
     type G = config_tile!(true);
     #[prefetch]
