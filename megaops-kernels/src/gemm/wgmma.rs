@@ -305,16 +305,7 @@ impl<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, con
             for kt in 0..self.ktiles {
                 full(stage).wait_parity(parity);
                 fence_proxy_async_shared_cta();
-                let a_tile = self
-                    .smem
-                    .byte_add((Self::a_stage(stage) + warpgroup * 64 * 128) as usize);
-                let b_tile = self.smem.byte_add(Self::b_stage(stage) as usize);
-                let (am, bm) = (SmemMatrix::k_major_sw128(a_tile), SmemMatrix::k_major_sw128(b_tile));
-                wgmma_fence();
-                unroll!(ks in 0..BK / 16 => {
-                    Self::step(&mut acc, am.offset(32 * ks as u32), bm.offset(32 * ks as u32));
-                });
-                wgmma_commit_group();
+                self.mma_ktile(&mut acc, stage, warpgroup);
                 // k-tile kt - 1's MMAs are done: its stage may be refilled (one arrival
                 // per warp).
                 wgmma_wait_group::<1>();
@@ -327,6 +318,30 @@ impl<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, con
             wgmma_wait_group::<0>();
         }
         acc
+    }
+
+    /// Issues warpgroup `warpgroup`'s MMAs of the k-tile in stage `stage` as one group:
+    /// `wgmma.fence`, `BK / 16` steps over the stage's A rows `64·warpgroup..+64` and all of
+    /// its B tile, `wgmma.commit_group`.
+    ///
+    /// # Safety
+    /// The stage's copies have landed and are visible to the async proxy; all 128 threads
+    /// of the warpgroup call it, converged.
+    #[inline(always)]
+    unsafe fn mma_ktile(&self, acc: &mut [[f32; 4]; N8], stage: u32, warpgroup: u32) {
+        let a_tile = self
+            .smem
+            .byte_add((Self::a_stage(stage) + warpgroup * 64 * 128) as usize);
+        let b_tile = self.smem.byte_add(Self::b_stage(stage) as usize);
+        let (am, bm) = (SmemMatrix::k_major_sw128(a_tile), SmemMatrix::k_major_sw128(b_tile));
+        // SAFETY: the caller's contract.
+        unsafe {
+            wgmma_fence();
+            unroll!(ks in 0..BK / 16 => {
+                Self::step(acc, am.offset(32 * ks as u32), bm.offset(32 * ks as u32));
+            });
+            wgmma_commit_group();
+        }
     }
 
     /// One `m64nBNk16` step: `acc += A·Bᵀ` for the operands `a`, `b`.
@@ -392,22 +407,13 @@ impl<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, con
                 wait_ahead::<STAGES>();
                 fence_proxy_async_shared_cta();
                 sync_threads();
-                let a_tile = self
-                    .smem
-                    .byte_add((Self::a_stage(read) + warpgroup * 64 * 128) as usize);
-                let b_tile = self.smem.byte_add(Self::b_stage(read) as usize);
-                let (am, bm) = (SmemMatrix::k_major_sw128(a_tile), SmemMatrix::k_major_sw128(b_tile));
                 let next = kt + ahead;
                 if next < self.ktiles {
                     self.load_a(a, write, next);
                     self.load_b(b, write, next);
                 }
                 cp_async_commit_group();
-                wgmma_fence();
-                unroll!(ks in 0..BK / 16 => {
-                    Self::step(&mut acc, am.offset(32 * ks as u32), bm.offset(32 * ks as u32));
-                });
-                wgmma_commit_group();
+                self.mma_ktile(&mut acc, read, warpgroup);
                 wgmma_wait_group::<1>();
                 read = next_stage::<STAGES>(read);
                 write = next_stage::<STAGES>(write);
