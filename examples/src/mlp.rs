@@ -41,7 +41,7 @@ use megaops::{
 };
 use megaops_kernels::elementwise::silu_mul;
 use megaops_kernels::gemm::{self, matmul};
-use megaops_kernels::gemv::plan::{self, SplitWorkspace};
+use megaops_kernels::gemv::plan::{self, Placement, SplitWorkspace};
 use megaops_kernels::norm::rmsnorm;
 
 /// Largest number of rows that takes the decode (GEMV) path; more rows take the prefill
@@ -335,6 +335,7 @@ impl Mlp {
                     m,
                     inter,
                     h,
+                    Placement::BesideProducer,
                 )?;
             }
             (MlpPath::Decode, 2) => {
@@ -348,6 +349,9 @@ impl Mlp {
                     m,
                     h,
                     inter,
+                    // Beside the running gate/up GEMV, also in the serial forward, so
+                    // that both forwards run the same kernels.
+                    Placement::BesideProducer,
                 )?;
             }
             (MlpPath::Prefill, 1 | 2) => {

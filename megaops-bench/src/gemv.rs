@@ -17,7 +17,7 @@ use crate::bandwidth;
 use crate::cublas::Cublas;
 use crate::harness::{Table, f3, time_graph};
 use megaops::{AsyncStream, Device, Error, LaunchOptions, Result, Tensor, bf16};
-use megaops_kernels::gemv::plan::{self, Choice, SplitWorkspace};
+use megaops_kernels::gemv::plan::{self, Choice, Placement, SplitWorkspace};
 use megaops_kernels::gemv::{gate_up_silu, gate_up_silu_splitk, gemv, gemv_splitk, lm_head};
 use megaops_kernels::sampling::{ArgmaxWorkspace, argmax};
 use std::path::Path;
@@ -355,7 +355,8 @@ fn shape_row(suite: &mut Suite, s: &Shape, ratios: &mut Vec<f64>) -> Result<Opti
         (gemv::CONFIGS, 1)
     };
     let sms = suite.dev.sm_count();
-    let choice = plan::choose(configs, rg, s.m as u32, s.n as u32, s.k as u32, sms, plan::MAX_SPLITS);
+    let (m, n, k) = (s.m as u32, s.n as u32, s.k as u32);
+    let choice = plan::choose(configs, rg, m, n, k, sms, plan::MAX_SPLITS, Placement::Alone);
     let Some(choice) = suite.ok(&format!("{} plan", s.label), choice)? else {
         return Ok(None);
     };
@@ -464,6 +465,8 @@ fn layer_table(suite: &mut Suite, out: Option<&Path>, quick: bool) -> Result<()>
                 continue;
             };
             let sms = suite.dev.sm_count();
+            // Each projection overlaps the one before it (the replays chain layers).
+            let placement = Placement::BesideProducer;
             let mut variants = Vec::new();
             for s in &ours {
                 let (configs, rg) = if s.op == Op::GateUp {
@@ -471,7 +474,8 @@ fn layer_table(suite: &mut Suite, out: Option<&Path>, quick: bool) -> Result<()>
                 } else {
                     (gemv::CONFIGS, 1)
                 };
-                let c = plan::choose(configs, rg, s.m as u32, s.n as u32, s.k as u32, sms, plan::MAX_SPLITS)?;
+                let (m, n, k) = (s.m as u32, s.n as u32, s.k as u32);
+                let c = plan::choose(configs, rg, m, n, k, sms, plan::MAX_SPLITS, placement)?;
                 variants.push(Variant::Config {
                     cfg: c.config,
                     splits: c.splits,

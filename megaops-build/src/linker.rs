@@ -154,7 +154,9 @@ const BOUNDS_PREFIX: &str = "__megaops_launch_bounds__";
 
 /// Turns each marker global `__megaops_launch_bounds__<entry> = [threads, min_ctas]` into
 /// `.maxntid threads, 1, 1` / `.minnctapersm min_ctas` directives on `.entry <entry>` and
-/// removes the marker (rustc cannot express launch bounds).
+/// removes the marker (rustc cannot express launch bounds). `min_ctas = 0` means no launch
+/// bounds: the marker is removed and the entry left as rustc wrote it, so one config list
+/// can mix bounded and unbounded configs.
 pub fn apply_launch_bounds(ptx: &str) -> String {
     let mut bounds: Vec<(String, u32, u32)> = Vec::new();
     let mut kept = Vec::new();
@@ -177,15 +179,15 @@ pub fn apply_launch_bounds(ptx: &str) -> String {
             .or_else(|| trimmed.strip_prefix(".entry "))
         {
             let name = rest.split('(').next().unwrap_or_default().trim();
-            pending = bounds.iter().find(|(n, _, _)| n == name).map(|&(_, t, m)| (t, m));
+            pending = bounds
+                .iter()
+                .find(|(n, _, m)| n == name && *m > 0)
+                .map(|&(_, t, m)| (t, m));
         }
         if trimmed == "{"
             && let Some((threads, min)) = pending.take()
         {
-            out.push_str(&format!(".maxntid {threads}, 1, 1\n"));
-            if min > 0 {
-                out.push_str(&format!(".minnctapersm {min}\n"));
-            }
+            out.push_str(&format!(".maxntid {threads}, 1, 1\n.minnctapersm {min}\n"));
         }
         out.push_str(line);
         out.push('\n');
@@ -339,7 +341,8 @@ mod tests {
         assert!(!out.contains("__megaops_launch_bounds__"), "{out}");
         assert!(out.contains(")\n.maxntid 256, 1, 1\n.minnctapersm 2\n{"), "{out}");
         assert!(out.contains(".entry other(\n)\n{"), "{out}");
-        assert!(out.contains(".entry j(\n)\n.maxntid 128, 1, 1\n{"), "{out}");
+        // `min_ctas = 0`: no bounds at all.
+        assert!(out.contains(".entry j(\n)\n{"), "{out}");
         assert_eq!(apply_launch_bounds("plain\n"), "plain\n");
     }
 

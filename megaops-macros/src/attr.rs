@@ -71,7 +71,8 @@ pub enum ArgItem {
     },
     /// `input(...)` or `output(...)`.
     Sync(SyncDecl),
-    /// `min_ctas = N`: launch bounds (`.maxntid` from `block`, `.minnctapersm N`).
+    /// `min_ctas = N`: launch bounds (`.maxntid` from `block`, `.minnctapersm N`; none when
+    /// `N` is 0).
     MinCtas {
         /// The `min_ctas` keyword.
         key: Ident,

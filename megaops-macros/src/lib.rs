@@ -90,9 +90,10 @@ use proc_macro2::TokenStream;
 /// - **Launch bounds.** `min_ctas = N` asks ptxas to fit `N` CTAs per SM (`.maxntid` from
 ///   `block`, `.minnctapersm N`), capping registers per thread the way CUDA's
 ///   `__launch_bounds__(threads, N)` does. `block` and `min_ctas` must then be constant
-///   expressions of the config constants. (rustc cannot annotate a PTX entry, so the
-///   macro emits a marker static that the `megaops-build` linker turns into the
-///   directives.)
+///   expressions of the config constants; a config whose `min_ctas` is 0 gets no bounds,
+///   so one list can offer bounded and unbounded variants of a tile. (rustc cannot
+///   annotate a PTX entry, so the macro emits a marker static that the `megaops-build`
+///   linker turns into the directives.)
 /// - **Config constants.** Every `#[config]` defines the same names with the same types;
 ///   each becomes `const NAME: TYPE = VALUE;` at the top of every generated body and
 ///   launcher arm, so constants work as array lengths and in the annotation. The type is

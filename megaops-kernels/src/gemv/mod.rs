@@ -55,10 +55,16 @@
 //! | 5 | 128 | 1 | 2 | 256 | 2 | 16–32 KiB | fewer registers, more CTAs per SM |
 //! | 6 | 64 | 2 | 2 | 256 | 2 | 16–32 KiB | fewer registers, medium n |
 //! | 7 | 128 | 1 | 4 | 256 | 0 | 32–64 KiB | config 0 without weight prefetch (ablation) |
+//! | 8–14 | | | | | | | configs 0–6 with launch bounds (`MIN_CTAS`) |
 //!
-//! All configs have at most 256 threads: the kernels carry no launch bounds (the macro
-//! cannot emit `.maxntid`), so `ptxas` may use up to 255 registers, which only CTAs of at
-//! most 256 threads are guaranteed to get.
+//! Configs 0–7 carry no launch bounds (`MIN_CTAS = 0`): `ptxas` may use up to 255
+//! registers (about 165 today, one 256-thread CTA per SM), which only CTAs of at most 256
+//! threads are guaranteed to get. Configs 8–14 are the same tiles bounded to two CTAs per
+//! SM (three for the 128-thread config 12), i.e. at most 128 (168) registers, without
+//! spills: twice the weight loads in flight per SM, which a GEMV running alone turns into
+//! bandwidth; but the waiting CTAs of a GEMV that overlaps its producer then take twice
+//! the SM room from it. The planner ([`plan::Placement`]) gives bounded configs to GEMVs
+//! that run alone and unbounded ones to GEMVs beside a running producer.
 //!
 //! [`gate_up_silu`], [`gate_up_silu_splitk`] (two row groups per warp, `U = 2`): see their
 //! docs. Use [`plan`] to pick a config and split for a shape.
@@ -91,18 +97,26 @@ use megaops::bf16;
 #[megaops::kernel(
     block = 2 * BN * WK,
     smem = engine::smem_bytes(BN, WK, 1),
+    min_ctas = MIN_CTAS,
     input(x[m, k] = [_, _]),
     output(y[m, n] = [_, pid_n: BN]),
     tensor(w[n, k]),
 )]
-#[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2)]
-#[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2)]
-#[config(BN = 32, WK = 4, U: usize = 4, PF: usize = 2)]
-#[config(BN = 16, WK = 8, U: usize = 4, PF: usize = 2)]
-#[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2)]
-#[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2)]
-#[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2)]
-#[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 0)]
+#[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+#[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+#[config(BN = 32, WK = 4, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+#[config(BN = 16, WK = 8, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+#[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+#[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 0)]
+#[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 0)]
+#[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 0, MIN_CTAS: u32 = 0)]
+#[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
+#[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
+#[config(BN = 32, WK = 4, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
+#[config(BN = 16, WK = 8, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
+#[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 3)]
+#[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 2)]
+#[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 2)]
 pub unsafe fn gemv(x: *const bf16, w: *const bf16, y: *mut bf16, m: u32, n: u32, k: u32) {
     let cta = CtaJob {
         n0: pid_n * BN,
@@ -148,6 +162,7 @@ pub unsafe fn gemv(x: *const bf16, w: *const bf16, y: *mut bf16, m: u32, n: u32,
 #[megaops::kernel(
     block = 2 * BN * WK,
     smem = engine::smem_bytes(BN, WK, 1),
+    min_ctas = MIN_CTAS,
     tiles(pid_n = n.div_ceil(BN), pid_k = splits),
     input(x[m, k] = [_, _]),
     output(y[m, n] = [_, pid_n: BN], split = pid_k),
@@ -155,14 +170,21 @@ pub unsafe fn gemv(x: *const bf16, w: *const bf16, y: *mut bf16, m: u32, n: u32,
     scratch(ws[splits * m * n]),
     scratch(counters[n.div_ceil(BN)]),
 )]
-#[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2)]
-#[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2)]
-#[config(BN = 32, WK = 4, U: usize = 4, PF: usize = 2)]
-#[config(BN = 16, WK = 8, U: usize = 4, PF: usize = 2)]
-#[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2)]
-#[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2)]
-#[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2)]
-#[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 0)]
+#[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+#[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+#[config(BN = 32, WK = 4, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+#[config(BN = 16, WK = 8, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+#[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+#[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 0)]
+#[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 0)]
+#[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 0, MIN_CTAS: u32 = 0)]
+#[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
+#[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
+#[config(BN = 32, WK = 4, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
+#[config(BN = 16, WK = 8, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
+#[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 3)]
+#[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 2)]
+#[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 2)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gemv_splitk(
     x: *const bf16,
@@ -324,8 +346,9 @@ pub unsafe fn gate_up_silu_splitk(
 /// input embedding when tied), `logits` `[m, vocab]` f32.
 ///
 /// Kernel tile `pid_n`: columns `pid_n·BN .. +BN` of `logits`, all rows; reads `x` whole.
-/// Configs (`U = 4`, `PF = 2`): 0: `BN = 128, WK = 1` (256 threads); 1: `BN = 64, WK = 2`
-/// (256); 2: `BN = 64, WK = 1` (128).
+/// Configs (`PF = 2`): 0: `BN = 128, WK = 1, U = 4` (256 threads); 1: `BN = 64, WK = 2,
+/// U = 4` (256); 2: `BN = 64, WK = 1, U = 4` (128); 3 and 4: configs 0 and 1 with `U = 2`
+/// (shorter batches, for 9–16 tokens: see [`plan`]'s short-batch rule).
 ///
 /// # Safety
 /// Pointers valid for the shapes above.
@@ -339,6 +362,8 @@ pub unsafe fn gate_up_silu_splitk(
 #[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2)]
 #[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2)]
 #[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2)]
+#[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2)]
+#[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2)]
 pub unsafe fn lm_head(x: *const bf16, w: *const bf16, logits: *mut f32, m: u32, vocab: u32, k: u32) {
     let cta = CtaJob {
         n0: pid_n * BN,

@@ -9,10 +9,23 @@
 //! - **No split-K** unless the output is so narrow that even the narrowest tile leaves
 //!   most SMs idle: the split kernels' partial-sum round trip and ticket cost more than
 //!   the extra CTAs bring (the measured best was unsplit on 58 of 59 shapes).
+//! - **Bounded configs for a GEMV alone, unbounded beside a producer** ([`Placement`]):
+//!   configs with launch bounds (`MIN_CTAS`, two 256-thread CTAs per SM) keep twice the
+//!   weight loads in flight per SM and were faster on the standalone sweep (0.95× →
+//!   1.00× cuBLAS, run Q), but a consumer GEMV overlapping its producer (the MLP's down
+//!   projection beside the fused gate/up) then parks twice the waiting CTAs on the
+//!   producer's SMs and the overlapped block got slower (0.90× of serial for
+//!   Llama-3.2-1B at m = 1).
 //! - **Enough CTAs, as wide as possible**: the widest tile (`BN`) that still gives about
 //!   one CTA per SM (`rg · ⌈n / BN⌉ ≥ 0.9 · SMs`, `rg` = 2 for gate+up, whose CTAs read
-//!   twice the rows), ties broken by more warps along k (`WK`), then by longer batches
-//!   (`U`); when no tile gives that many CTAs, the narrowest.
+//!   twice the rows), or 1.4 per SM for bounded configs (seven tenths of the two that fit),
+//!   ties broken by more warps along k (`WK`), then by longer batches (`U`); when no tile
+//!   gives that many CTAs, the narrowest.
+//! - **Short batches for m > 8**: with more than 8 tokens each warp multiplies two n-tiles
+//!   of x, which doubles the live x fragments; the widest tile with the shortest batch
+//!   (`U = 2`) that reaches enough CTAs is then taken first (on the m = 16 shapes of run Q
+//!   it was the best tile of every gate+up projection, up to 1.3× faster than `U = 4`),
+//!   else the rule above among the longer batches.
 
 use super::{gate_up_silu, gate_up_silu_splitk, gemv, gemv_splitk};
 use megaops::launch::{AsInput, AsOutput, ConfigInfo};
@@ -33,11 +46,13 @@ pub struct ConfigShape {
     pub u: u32,
     /// Batches loaded before the input wait.
     pub pf: u32,
+    /// CTAs per SM that the config's launch bounds guarantee (0: no bounds).
+    pub min_ctas: u32,
 }
 
 impl ConfigShape {
-    /// Parses `"BN=128, WK=1, U=4, PF=2"`-style descriptions (constants may carry a type:
-    /// `"U: usize = 4"`).
+    /// Parses `"BN=128, WK=1, U=4, PF=2, MIN_CTAS=2"`-style descriptions (constants may
+    /// carry a type: `"U: usize = 4"`; a missing `MIN_CTAS` means no launch bounds).
     pub fn of(info: &ConfigInfo) -> Option<ConfigShape> {
         let get = |name: &str| -> Option<u32> {
             info.name.split(',').find_map(|part| {
@@ -56,6 +71,7 @@ impl ConfigShape {
             wk: get("WK")?,
             u: get("U")?,
             pf: get("PF")?,
+            min_ctas: get("MIN_CTAS").unwrap_or(0),
         })
     }
 
@@ -68,6 +84,24 @@ impl ConfigShape {
     pub fn batch_k(&self) -> u32 {
         32 * self.u
     }
+
+    /// Whether the config carries launch bounds.
+    pub fn bounded(&self) -> bool {
+        self.min_ctas > 0
+    }
+}
+
+/// Whether a GEMV shares the GPU with a kernel that is still running, which decides
+/// between the bounded and the unbounded configs (see the [module docs](self)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Nothing else runs beside it (a standalone projection, a chain's first kernel):
+    /// bounded configs, two CTAs per SM, when the kernel has them.
+    Alone,
+    /// It overlaps a producer that is still running (a consumer launched on an
+    /// `AsyncStream` right after the kernel that writes its input): unbounded configs,
+    /// whose one CTA per SM leaves the producer room.
+    BesideProducer,
 }
 
 /// A config and a split for one shape.
@@ -81,11 +115,21 @@ pub struct Choice {
     pub shape: ConfigShape,
 }
 
-/// Picks the config (among `configs` with weight prefetch on) and split (≤ `max_splits`;
-/// 1 means the kernel without split-K) for an `m × n` output over `k` with `rg` row groups
-/// (1; 2 for gate+up) on `sms` SMs, by the measured rules of the [module docs](self).
-pub fn choose(configs: &[ConfigInfo], rg: u32, m: u32, n: u32, k: u32, sms: u32, max_splits: u32) -> Result<Choice> {
-    let _ = m; // the measured best did not depend on m ≤ 16
+/// Picks the config (among `configs` with weight prefetch on, bounded or not as
+/// `placement` asks when the kernel has both) and split (≤ `max_splits`; 1 means the
+/// kernel without split-K) for an `m × n` output over `k` with `rg` row groups (1; 2 for
+/// gate+up) on `sms` SMs, by the measured rules of the [module docs](self).
+#[allow(clippy::too_many_arguments)]
+pub fn choose(
+    configs: &[ConfigInfo],
+    rg: u32,
+    m: u32,
+    n: u32,
+    k: u32,
+    sms: u32,
+    max_splits: u32,
+    placement: Placement,
+) -> Result<Choice> {
     let mut candidates = Vec::new();
     for (config, info) in configs.iter().enumerate() {
         let Some(shape) = ConfigShape::of(info) else {
@@ -102,6 +146,8 @@ pub fn choose(configs: &[ConfigInfo], rg: u32, m: u32, n: u32, k: u32, sms: u32,
             });
         }
     }
+    let bounded = placement == Placement::Alone && candidates.iter().any(|c| c.shape.bounded());
+    candidates.retain(|c| c.shape.bounded() == bounded);
     let ctas = |c: &Choice| rg.max(1) * n.div_ceil(c.shape.bn);
     // Wider first, then more warps along k, then longer batches.
     candidates.sort_by_key(|c| {
@@ -111,7 +157,16 @@ pub fn choose(configs: &[ConfigInfo], rg: u32, m: u32, n: u32, k: u32, sms: u32,
             std::cmp::Reverse(c.shape.u),
         )
     });
-    let enough = (9 * sms).div_ceil(10);
+    let enough = if bounded { 14 * sms } else { 9 * sms }.div_ceil(10);
+    if m > 8
+        && let Some(shortest) = candidates.iter().map(|c| c.shape.u).min()
+    {
+        if let Some(c) = candidates.iter().find(|c| c.shape.u == shortest && ctas(c) >= enough) {
+            candidates = vec![*c];
+        } else if candidates.iter().any(|c| c.shape.u != shortest) {
+            candidates.retain(|c| c.shape.u != shortest);
+        }
+    }
     let mut choice = match candidates.iter().find(|c| ctas(c) >= enough) {
         Some(c) => *c,
         // None fills the GPU: the narrowest tile (the last of each width group is the one
@@ -187,8 +242,9 @@ fn check_weight(what: &str, w: &Tensor<bf16>, rows: u32, k: u32) -> Result<()> {
     Ok(())
 }
 
-/// `y = x · wᵀ` with the config and split [`choose`] picks (split-K only when `ws` is
-/// given), after checking `w` (`[n, k]`) and the workspace. Returns the choice.
+/// `y = x · wᵀ` with the config and split [`choose`] picks for `placement` (split-K only
+/// when `ws` is given), after checking `w` (`[n, k]`) and the workspace. Returns the
+/// choice.
 #[allow(clippy::too_many_arguments)]
 pub fn linear(
     on: &impl LaunchTarget,
@@ -199,10 +255,11 @@ pub fn linear(
     m: u32,
     n: u32,
     k: u32,
+    placement: Placement,
 ) -> Result<Choice> {
     check_weight("linear", w, n, k)?;
     let max_splits = if ws.is_some() { MAX_SPLITS } else { 1 };
-    let c = choose(gemv::CONFIGS, 1, m, n, k, on.device().sm_count(), max_splits)?;
+    let c = choose(gemv::CONFIGS, 1, m, n, k, on.device().sm_count(), max_splits, placement)?;
     let opts = LaunchOptions::config(c.config);
     match ws {
         Some(ws) if c.splits > 1 => {
@@ -215,7 +272,8 @@ pub fn linear(
 }
 
 /// `h = silu(x · w_gateᵀ) · (x · w_upᵀ)` with `w_gate_up = [w_gate; w_up]` (`[2·inter, k]`),
-/// config and split as [`linear`]. Returns the choice.
+/// config and split as [`linear`] (the fused kernel has no bounded configs: its register
+/// ring spills at 128, so `placement` changes nothing today). Returns the choice.
 #[allow(clippy::too_many_arguments)]
 pub fn gate_up(
     on: &impl LaunchTarget,
@@ -226,6 +284,7 @@ pub fn gate_up(
     m: u32,
     inter: u32,
     k: u32,
+    placement: Placement,
 ) -> Result<Choice> {
     check_weight("gate_up", w_gate_up, 2 * inter, k)?;
     let max_splits = if ws.is_some() { MAX_SPLITS } else { 1 };
@@ -237,6 +296,7 @@ pub fn gate_up(
         k,
         on.device().sm_count(),
         max_splits,
+        placement,
     )?;
     let opts = LaunchOptions::config(c.config);
     match ws {
@@ -283,6 +343,16 @@ mod tests {
         let names = |c: &[ConfigInfo]| c.iter().map(|c| c.name).collect::<Vec<_>>();
         assert_eq!(names(gemv::CONFIGS), names(gemv_splitk::CONFIGS));
         assert_eq!(names(gate_up_silu::CONFIGS), names(gate_up_silu_splitk::CONFIGS));
+        // Every bounded GEMV config is an unbounded one's tile with bounds that fit the
+        // SM's 2048 threads and 64 Ki registers at no fewer than 128 per thread.
+        let shapes: Vec<ConfigShape> = gemv::CONFIGS.iter().filter_map(ConfigShape::of).collect();
+        let bounded: Vec<&ConfigShape> = shapes.iter().filter(|s| s.bounded()).collect();
+        assert!(!bounded.is_empty());
+        for b in bounded {
+            let twin = ConfigShape { min_ctas: 0, ..*b };
+            assert!(shapes.contains(&twin), "{b:?} has no unbounded twin");
+            assert!(b.min_ctas * b.threads() * 128 <= 65_536, "{b:?}");
+        }
     }
 
     #[test]
@@ -291,23 +361,31 @@ mod tests {
             name: "BN=64, WK: u32 = 2, U: usize = 4, PF=2usize",
             entry: "e",
         };
-        assert_eq!(
-            ConfigShape::of(&info),
-            Some(ConfigShape {
-                bn: 64,
-                wk: 2,
-                u: 4,
-                pf: 2
-            })
-        );
+        let shape = ConfigShape {
+            bn: 64,
+            wk: 2,
+            u: 4,
+            pf: 2,
+            min_ctas: 0,
+        };
+        assert_eq!(ConfigShape::of(&info), Some(shape));
+        let info = ConfigInfo {
+            name: "BN=64, WK: u32 = 2, U: usize = 4, PF=2usize, MIN_CTAS: u32 = 2",
+            entry: "e",
+        };
+        assert_eq!(ConfigShape::of(&info), Some(ConfigShape { min_ctas: 2, ..shape }));
+    }
+
+    fn pick_for(placement: Placement, rg: u32, m: u32, n: u32, k: u32) -> Choice {
+        let configs = if rg == 2 { gate_up_silu::CONFIGS } else { gemv::CONFIGS };
+        choose(configs, rg, m, n, k, 132, MAX_SPLITS, placement).unwrap()
     }
 
     fn pick(rg: u32, m: u32, n: u32, k: u32) -> Choice {
-        let configs = if rg == 2 { gate_up_silu::CONFIGS } else { gemv::CONFIGS };
-        choose(configs, rg, m, n, k, 132, MAX_SPLITS).unwrap()
+        pick_for(Placement::BesideProducer, rg, m, n, k)
     }
 
-    /// The measured best tiles of the H200 run in bench/RESULTS.md.
+    /// The measured best tiles of the H200 runs in bench/RESULTS.md (unbounded configs).
     #[test]
     fn picks_the_measured_best_tile_widths() {
         for (rg, m, n, k, bn, wk) in [
@@ -326,6 +404,38 @@ mod tests {
                 (bn, wk, 1),
                 "rg={rg} {m}x{n}x{k}: {c:?}"
             );
+            assert!(!c.shape.bounded(), "beside a producer: {c:?}");
+        }
+    }
+
+    /// The best tiles of the bounded configs on run Q's standalone sweep (H200, 132 SMs).
+    #[test]
+    fn a_gemv_alone_gets_the_bounded_configs_that_measured_best() {
+        for (m, n, k, bn, wk, u) in [
+            (1, 4096, 1024, 16, 8, 4),    // Qwen3-0.6B qkv
+            (1, 16384, 2048, 64, 2, 4),   // Llama-3.2-1B gate+up as one GEMV
+            (4, 12288, 2048, 64, 2, 4),   // Qwen3-1.7B gate+up
+            (8, 4096, 12288, 16, 8, 4),   // Qwen3-8B down
+            (16, 24576, 4096, 128, 1, 2), // Qwen3-8B gate+up: short batches at 16 tokens
+            (16, 16384, 2048, 64, 2, 2),  // Llama-3.2-1B gate+up
+            (16, 6144, 1024, 32, 4, 4),   // Qwen3-0.6B gate+up: no short-batch tile fills the GPU
+            (16, 4096, 4096, 16, 8, 4),   // Qwen3-8B o
+        ] {
+            let c = pick_for(Placement::Alone, 1, m, n, k);
+            assert_eq!(
+                (c.shape.bn, c.shape.wk, c.shape.u, c.splits),
+                (bn, wk, u, 1),
+                "{m}x{n}x{k}: {c:?}"
+            );
+            assert!(c.shape.bounded(), "alone: {c:?}");
+            assert_eq!(ConfigShape::of(&gemv::CONFIGS[c.config]), Some(c.shape));
+        }
+        // The fused gate/up kernel has no bounded configs: both placements agree.
+        for (m, inter, k) in [(1, 3072, 1024), (16, 8192, 2048)] {
+            assert_eq!(
+                pick_for(Placement::Alone, 2, m, inter, k),
+                pick_for(Placement::BesideProducer, 2, m, inter, k)
+            );
         }
     }
 
@@ -336,7 +446,12 @@ mod tests {
         // 64 columns: 4 CTAs of the narrowest tile; split k to fill the GPU.
         let tiny = pick(1, 1, 64, 8192);
         assert!(tiny.splits > 1 && n_tiles(tiny, 64) * tiny.splits <= 132, "{tiny:?}");
-        assert_eq!(choose(gemv::CONFIGS, 1, 1, 64, 8192, 132, 1).unwrap().splits, 1);
+        assert_eq!(
+            choose(gemv::CONFIGS, 1, 1, 64, 8192, 132, 1, Placement::Alone)
+                .unwrap()
+                .splits,
+            1
+        );
     }
 
     fn n_tiles(c: Choice, n: u32) -> u32 {

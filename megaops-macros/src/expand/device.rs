@@ -59,7 +59,8 @@ pub fn entries(plan: &Plan) -> TokenStream {
 /// With `min_ctas = N`: a marker static `__megaops_launch_bounds__<entry> = [threads, N]`
 /// that the PTX linker of `megaops-build` turns into `.maxntid threads, 1, 1` and
 /// `.minnctapersm N` on the entry (rustc has no attribute for launch bounds). `block` and
-/// `min_ctas` must then be constant expressions of the config's constants.
+/// `min_ctas` must then be constant expressions of the config's constants; a config whose
+/// `min_ctas` is 0 keeps no bounds (the linker drops its marker).
 fn launch_bounds(plan: &Plan, i: usize, consts: TokenStream) -> TokenStream {
     let Some(min) = &plan.k.min_ctas else {
         return TokenStream::new();
