@@ -390,6 +390,34 @@ fn prefill_on_the_cpu_backend() -> Result<()> {
             check_prefill(&dev, &c)?;
         }
     }
+    // The kernel takes the row max before scaling, so a non-positive scale is refused
+    // before launch.
+    let (m, hd, rows) = (4usize, 64usize, 8usize);
+    let q = Tensor::<bf16>::zeros(&dev, &[m, hd])?;
+    let kv = Tensor::<bf16>::zeros(&dev, &[rows, hd])?;
+    let mut o = Tensor::<bf16>::zeros(&dev, &[m, hd])?;
+    let s = Stream::new(&dev)?;
+    let cfg = prefill::config_index(64, 64).expect("a D = 64 config");
+    for scale in [0.0f32, -0.125] {
+        let e = prefill_attention::launch_with(
+            &s,
+            &LaunchOptions::config(cfg),
+            &q,
+            &kv,
+            &kv,
+            &mut o,
+            m as u32,
+            m as u32,
+            0,
+            rows as u32,
+            rows as u32,
+            1,
+            1,
+            scale,
+        )
+        .expect_err("a non-positive scale must be refused");
+        assert!(e.to_string().contains("scale must be positive"), "{e}");
+    }
     Ok(())
 }
 

@@ -17,13 +17,14 @@
 //! bank conflicts and every fragment address is a lane base plus a constant. A row tile that straddles two sequences
 //! runs once per sequence with the other rows masked.
 
-use crate::attention::math::{LOG2_E, exp2, recip, unroll};
+use crate::attention::math::{LOG2_E, fma, recip, unroll};
 use megaops::bf16;
 use megaops::device::convert::pack_bf16x2;
-use megaops::device::memory::{cp_async_cg_16_zfill, cp_async_commit_group, cp_async_wait_group};
+use megaops::device::math::exp2_approx;
+use megaops::device::memory::{cp_async_cg_16, cp_async_cg_16_zfill, cp_async_commit_group, cp_async_wait_group};
 use megaops::device::mma::{ldmatrix_x4, ldmatrix_x4_trans, mma_m16n8k16_bf16_f32};
 use megaops::device::shared::{self, SharedPtr};
-use megaops::device::thread::{block_dim_x, lane_id, sync_threads, thread_idx_x, warp_id};
+use megaops::device::thread::{lane_id, sync_threads, thread_idx_x, warp_id};
 use megaops::device::warp::{FULL_MASK, shfl_xor_sync};
 
 /// Causal grouped-query flash attention for prefill; see the module docs.
@@ -57,6 +58,7 @@ use megaops::device::warp::{FULL_MASK, shfl_xor_sync};
     check(seq > 0 && m.is_multiple_of(seq), "m must be batch·seq rows"),
     check(start_pos + seq <= max_seq, "start_pos + seq must fit in max_seq"),
     check(m / seq * max_seq <= cache_rows, "the caches need batch·max_seq rows"),
+    check(scale > 0.0, "scale must be positive (the row max is taken before scaling)"),
 )]
 #[config(D = 128, BM = 64, BN = 64, MT = 1, THREADS = 128)]
 #[config(D = 128, BM = 128, BN = 64, MT = 1, THREADS = 256)]
@@ -132,26 +134,50 @@ fn swz<const D: usize>(row: usize, chunk: usize) -> usize {
 }
 
 /// Starts copying `rows` rows of `D` bf16 (global row stride `stride` elements) into the
-/// swizzled tile at `dst`; rows `>= valid` are zero-filled. All threads call it.
+/// padded tile at `dst`; rows `>= valid` are zero-filled. All `NW` warps call it.
+///
+/// Thread `tid` copies 16-byte chunk `tid % (D/8)` of rows `tid / (D/8) + i·pass`, `pass =
+/// NW·32 / (D/8)`: the chunk and the first row are computed once, and each further copy
+/// only adds a constant to both addresses (`rows` is a constant of the config after
+/// inlining, so the loop unrolls into `cp.async`s with immediate offsets). Only a tile
+/// that reaches past `valid` pays for the per-row bounds check and zero fill.
 ///
 /// # Safety
-/// `src` valid for `valid` rows; `dst` holds `rows·D` bf16; 16-byte aligned rows.
+/// `src` valid for `valid` rows; `dst` holds `rows·D` bf16; 16-byte aligned rows; `rows`
+/// a multiple of `pass`.
 #[inline(always)]
-unsafe fn load_tile<const D: usize>(dst: SharedPtr<u8>, src: *const bf16, stride: usize, rows: usize, valid: usize) {
+unsafe fn load_tile<const D: usize, const NW: usize>(
+    dst: SharedPtr<u8>,
+    src: *const bf16,
+    stride: usize,
+    rows: usize,
+    valid: usize,
+) {
+    const { assert!((NW * 32).is_multiple_of(D / 8), "a pass must cover whole rows") };
     let chunks = D / 8;
-    let mut c = thread_idx_x() as usize;
-    while c < rows * chunks {
-        let (row, ch) = (c / chunks, c % chunks);
-        let ok = row < valid;
-        let from = if ok {
-            src.wrapping_add(row * stride + 8 * ch)
-        } else {
-            src
-        };
-        // SAFETY: `from` is in bounds when copied (ok), else 0 bytes are read from the
-        // aligned base; `dst` chunk in bounds.
-        unsafe { cp_async_cg_16_zfill(dst.byte_add(swz::<D>(row, ch)), from.cast(), if ok { 16 } else { 0 }) };
-        c += block_dim_x() as usize;
+    let pass = NW * 32 / chunks;
+    let tid = thread_idx_x() as usize;
+    let (row0, ch) = (tid / chunks, tid % chunks);
+    let mut from = src.wrapping_add(row0 * stride + 8 * ch);
+    let mut to = dst.byte_add(swz::<D>(row0, ch));
+    if valid >= rows {
+        for _ in 0..rows / pass {
+            // SAFETY: row < rows <= valid, so `from` is in bounds; `to` is in the tile.
+            unsafe { cp_async_cg_16(to, from.cast()) };
+            from = from.wrapping_add(pass * stride);
+            to = to.byte_add(pass * row_bytes(D));
+        }
+    } else {
+        let mut row = row0;
+        for _ in 0..rows / pass {
+            let ok = row < valid;
+            // SAFETY: `from` is in bounds when copied (ok), else 0 bytes are read from the
+            // aligned base; `to` is in the tile.
+            unsafe { cp_async_cg_16_zfill(to, if ok { from } else { src }.cast(), if ok { 16 } else { 0 }) };
+            from = from.wrapping_add(pass * stride);
+            to = to.byte_add(pass * row_bytes(D));
+            row += pass;
+        }
     }
 }
 
@@ -201,7 +227,7 @@ unsafe fn run_tile<const D: usize, const BN: usize, const MT: usize, const NW: u
     let kv_head = (head / (sh.hq / sh.hkv)) as usize;
     // SAFETY: rows r0.. of q, columns of this head; rows past m are zero-filled.
     unsafe {
-        load_tile::<D>(
+        load_tile::<D, NW>(
             q_s,
             q.add(r0.min(m) * q_stride + head as usize * D),
             q_stride,
@@ -263,6 +289,12 @@ unsafe fn attend_segment<const D: usize, const BN: usize, const MT: usize, const
     o_stride: usize,
     head: u32,
 ) {
+    const {
+        assert!(
+            (BN * (D / 8)).is_multiple_of(NW * 32),
+            "a key block must be whole copy passes"
+        )
+    };
     let kv_end = (seg.pos(seg.hi - 1) + 1) as usize;
     let nblocks = kv_end.div_ceil(BN);
     let (warp, lane) = (warp_id() as usize, lane_id() as usize);
@@ -282,8 +314,8 @@ unsafe fn attend_segment<const D: usize, const BN: usize, const MT: usize, const
     // SAFETY: key rows < kv_end exist; stage 0 is free (the previous segment's last
     // block was followed by a barrier).
     unsafe {
-        load_tile::<D>(k_s, k, kv_stride, BN, kv_end);
-        load_tile::<D>(v_s, v, kv_stride, BN, kv_end);
+        load_tile::<D, NW>(k_s, k, kv_stride, BN, kv_end);
+        load_tile::<D, NW>(v_s, v, kv_stride, BN, kv_end);
     }
     cp_async_commit_group();
     let mut j = 0;
@@ -295,14 +327,14 @@ unsafe fn attend_segment<const D: usize, const BN: usize, const MT: usize, const
             // SAFETY: the other stage was last read before the barrier that ended block j - 1.
             unsafe {
                 let next = ((j + 1) % 2) * stage;
-                load_tile::<D>(
+                load_tile::<D, NW>(
                     k_s.byte_add(next),
                     k.wrapping_add(kb * kv_stride),
                     kv_stride,
                     BN,
                     kv_end - kb,
                 );
-                load_tile::<D>(
+                load_tile::<D, NW>(
                     v_s.byte_add(next),
                     v.wrapping_add(kb * kv_stride),
                     kv_stride,
@@ -319,104 +351,18 @@ unsafe fn attend_segment<const D: usize, const BN: usize, const MT: usize, const
         let kb = j * BN;
         // Skip blocks past this warp's last query (all masked) and inactive warps.
         if active && (kb as isize) <= seg.pos(last) {
-            let need_mask = !whole || (kb + BN) as isize > seg.pos(first) + 1;
-            let mut s = [[[0.0f32; 4]; 8]; MT]; // [mt][key tile (BN/8 used)][c]
-            // S = Q·Kᵀ: per 16-wide step of D, the A fragments of the warp's row tiles,
-            // then each K fragment pair (two key tiles) feeds every row tile.
-            let mut kk = 0;
-            while kk < sh.ksteps as usize {
-                let mi = lane / 8;
-                let a: [[u32; 4]; MT] = core::array::from_fn(|mt| {
-                    let row = warp * MT * 16 + mt * 16 + (mi % 2) * 8 + lane % 8;
-                    // SAFETY: rows of the Q tile; converged warp.
-                    unsafe { ldmatrix_x4(q_s.byte_add(swz::<D>(row, 2 * kk + mi / 2))) }
-                });
-                unroll!(BN / 16, max 4, |jp| {
-                    let key = jp * 16 + (mi / 2) * 8 + lane % 8;
-                    // SAFETY: rows of the K tile in shared memory; converged warp.
-                    let r = unsafe { ldmatrix_x4(ks.byte_add(swz::<D>(key, 2 * kk + mi % 2))) };
-                    unroll!(MT, max 2, |mt| {
-                        // SAFETY: converged warp.
-                        unsafe {
-                            s[mt][2 * jp] = mma_m16n8k16_bf16_f32(a[mt], [r[0], r[1]], s[mt][2 * jp]);
-                            s[mt][2 * jp + 1] = mma_m16n8k16_bf16_f32(a[mt], [r[2], r[3]], s[mt][2 * jp + 1]);
-                        }
-                    });
-                });
-                kk += 1;
+            let rows = BlockRows { w_lo, seg, kb, g, t };
+            let state = (&mut acc, &mut mrow, &mut lrow);
+            // Only blocks that reach past a row's diagonal, or rows outside the segment,
+            // need the mask: the others run the body without it.
+            // SAFETY: the stage holds block j (waited and synchronised above).
+            unsafe {
+                if !whole || (kb + BN) as isize > seg.pos(first) + 1 {
+                    attend_block::<D, BN, MT, true>(q_s, ks, vs, warp, lane, &rows, sh, state);
+                } else {
+                    attend_block::<D, BN, MT, false>(q_s, ks, vs, warp, lane, &rows, sh, state);
+                }
             }
-            // Online softmax per row (rows g and g + 8 of each m tile).
-            unroll!(MT, max 2, |mt| {
-                unroll!(2, max 2, |half| {
-                    let row = w_lo + mt * 16 + half * 8 + g;
-                    let (qpos, in_seg) = (seg.pos(row), row >= seg.lo && row < seg.hi);
-                    let mut mx = f32::NEG_INFINITY;
-                    unroll!(BN / 8, max 8, |jn| {
-                        unroll!(2, max 2, |e| {
-                            let key = (kb + jn * 8 + 2 * t + e) as isize;
-                            let mut x = s[mt][jn][2 * half + e] * sh.scale;
-                            if need_mask && (!in_seg || key > qpos) {
-                                x = f32::NEG_INFINITY;
-                            }
-                            s[mt][jn][2 * half + e] = x;
-                            mx = mx.max(x);
-                        });
-                    });
-                    mx = mx.max(shfl_xor_sync(FULL_MASK, mx, 1));
-                    mx = mx.max(shfl_xor_sync(FULL_MASK, mx, 2));
-                    let m_new = mrow[mt][half].max(mx);
-                    // A row with nothing valid yet keeps weights 0 (exp2 of -inf).
-                    let m_use = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
-                    let alpha = exp2(mrow[mt][half] - m_use);
-                    mrow[mt][half] = m_new;
-                    let mut sum = 0.0f32;
-                    unroll!(BN / 8, max 8, |jn| {
-                        let p0 = exp2(s[mt][jn][2 * half] - m_use);
-                        let p1 = exp2(s[mt][jn][2 * half + 1] - m_use);
-                        sum += p0 + p1;
-                        s[mt][jn][2 * half] = p0;
-                        s[mt][jn][2 * half + 1] = p1;
-                    });
-                    lrow[mt][half] = lrow[mt][half] * alpha + sum;
-                    unroll!(D / 16, max 8, |dn| {
-                        acc[mt][2 * dn][2 * half] *= alpha;
-                        acc[mt][2 * dn][2 * half + 1] *= alpha;
-                        acc[mt][2 * dn + 1][2 * half] *= alpha;
-                        acc[mt][2 * dn + 1][2 * half + 1] *= alpha;
-                    });
-                });
-            });
-            // P as bf16 A fragments (half the registers of S, which dies here): for key step
-            // ks, a0 = row g, keys 2t, 2t+1; a1 = row g+8; a2 = row g, keys 2t+8, 2t+9;
-            // a3 = row g+8.
-            let mut pa = [[[0u32; 4]; 4]; MT];
-            unroll!(MT, max 2, |mt| {
-                unroll!(BN / 16, max 4, |ks| {
-                    let (lo, hi) = (s[mt][2 * ks], s[mt][2 * ks + 1]);
-                    pa[mt][ks] = [
-                        pack_bf16x2(lo[0], lo[1]),
-                        pack_bf16x2(lo[2], lo[3]),
-                        pack_bf16x2(hi[0], hi[1]),
-                        pack_bf16x2(hi[2], hi[3]),
-                    ];
-                });
-            });
-            // O += P·V, one key step of 16 at a time.
-            unroll!(BN / 16, max 4, |ks| {
-                unroll!(D / 16, max 8, |dn| {
-                    let mi = lane / 8;
-                    let key = ks * 16 + (mi % 2) * 8 + lane % 8;
-                    // SAFETY: rows of the V tile; converged warp.
-                    let r = unsafe { ldmatrix_x4_trans(vs.byte_add(swz::<D>(key, 2 * dn + mi / 2))) };
-                    unroll!(MT, max 2, |mt| {
-                        // SAFETY: converged warp.
-                        unsafe {
-                            acc[mt][2 * dn] = mma_m16n8k16_bf16_f32(pa[mt][ks], [r[0], r[1]], acc[mt][2 * dn]);
-                            acc[mt][2 * dn + 1] = mma_m16n8k16_bf16_f32(pa[mt][ks], [r[2], r[3]], acc[mt][2 * dn + 1]);
-                        }
-                    });
-                });
-            });
         }
         // Every warp is done with this stage before the next iteration refills it.
         sync_threads();
@@ -440,6 +386,150 @@ unsafe fn attend_segment<const D: usize, const BN: usize, const MT: usize, const
                     unsafe { o.add(base + dn * 8).cast::<u32>().write(w) };
                 });
             }
+        });
+    });
+}
+
+/// Where a warp's rows sit, for the causal and segment mask of one key block.
+struct BlockRows<'a> {
+    /// Global row of the warp's first row.
+    w_lo: usize,
+    seg: &'a Segment,
+    /// First key of the block.
+    kb: usize,
+    /// Lane / 4 and lane % 4 (the fragment row and column pair).
+    g: usize,
+    t: usize,
+}
+
+impl BlockRows<'_> {
+    /// For the lane's row `w_lo + off + g`: the largest `c` such that key `kb + 2t + c` is
+    /// visible (its position ≤ the query's); `i32::MIN` for a row outside the segment.
+    fn limit(&self, off: usize) -> i32 {
+        let row = self.w_lo + off + self.g;
+        if row < self.seg.lo || row >= self.seg.hi {
+            return i32::MIN;
+        }
+        (self.seg.pos(row) - (self.kb + 2 * self.t) as isize) as i32
+    }
+}
+
+/// One key block of [`attend_segment`] for one warp: `S = Q·Kᵀ`, the online softmax (with
+/// the causal and segment mask when `MASK`), `O += P·V`. `state` is the warp's
+/// accumulators, row maxima (scaled, base 2) and row sums.
+///
+/// # Safety
+/// `ks`, `vs` hold the block's keys and values (copies waited and the CTA synchronised);
+/// the warp is converged.
+#[inline(always)]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+unsafe fn attend_block<const D: usize, const BN: usize, const MT: usize, const MASK: bool>(
+    q_s: SharedPtr<u8>,
+    ks: SharedPtr<u8>,
+    vs: SharedPtr<u8>,
+    warp: usize,
+    lane: usize,
+    rows: &BlockRows,
+    sh: &Shape,
+    (acc, mrow, lrow): (&mut [[[f32; 4]; 16]; MT], &mut [[f32; 2]; MT], &mut [[f32; 2]; MT]),
+) {
+    let mut s = [[[0.0f32; 4]; 8]; MT]; // [mt][key tile (BN/8 used)][c]
+    // S = Q·Kᵀ: per 16-wide step of D, the A fragments of the warp's row tiles,
+    // then each K fragment pair (two key tiles) feeds every row tile.
+    let mut kk = 0;
+    while kk < sh.ksteps as usize {
+        let mi = lane / 8;
+        let a: [[u32; 4]; MT] = core::array::from_fn(|mt| {
+            let row = warp * MT * 16 + mt * 16 + (mi % 2) * 8 + lane % 8;
+            // SAFETY: rows of the Q tile; converged warp.
+            unsafe { ldmatrix_x4(q_s.byte_add(swz::<D>(row, 2 * kk + mi / 2))) }
+        });
+        unroll!(BN / 16, max 4, |jp| {
+            let key = jp * 16 + (mi / 2) * 8 + lane % 8;
+            // SAFETY: rows of the K tile in shared memory; converged warp.
+            let r = unsafe { ldmatrix_x4(ks.byte_add(swz::<D>(key, 2 * kk + mi % 2))) };
+            unroll!(MT, max 2, |mt| {
+                // SAFETY: converged warp.
+                unsafe {
+                    s[mt][2 * jp] = mma_m16n8k16_bf16_f32(a[mt], [r[0], r[1]], s[mt][2 * jp]);
+                    s[mt][2 * jp + 1] = mma_m16n8k16_bf16_f32(a[mt], [r[2], r[3]], s[mt][2 * jp + 1]);
+                }
+            });
+        });
+        kk += 1;
+    }
+    // Online softmax per row (rows g and g + 8 of each m tile), in base 2 on scaled
+    // scores: the row max is taken on the raw scores (scale > 0, checked at launch) and
+    // every weight is one `fma` and one `ex2.approx` (exp2 of -inf is 0, and every
+    // argument is ≤ 0, so no clamp is needed).
+    unroll!(MT, max 2, |mt| {
+        unroll!(2, max 2, |half| {
+            // Key `kb + c` is masked for this row when c > lim.
+            let lim = if MASK { rows.limit(mt * 16 + half * 8) } else { i32::MAX };
+            let mut mx = f32::NEG_INFINITY;
+            unroll!(BN / 8, max 8, |jn| {
+                unroll!(2, max 2, |e| {
+                    let mut x = s[mt][jn][2 * half + e];
+                    if MASK && (jn * 8 + e) as i32 > lim {
+                        x = f32::NEG_INFINITY;
+                    }
+                    s[mt][jn][2 * half + e] = x;
+                    mx = mx.max(x);
+                });
+            });
+            mx = mx.max(shfl_xor_sync(FULL_MASK, mx, 1));
+            mx = mx.max(shfl_xor_sync(FULL_MASK, mx, 2));
+            let m_new = mrow[mt][half].max(mx * sh.scale);
+            // A row with nothing valid yet keeps weights 0 (exp2 of -inf).
+            let m_use = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
+            let alpha = exp2_approx(mrow[mt][half] - m_use);
+            mrow[mt][half] = m_new;
+            let mut sum = 0.0f32;
+            unroll!(BN / 8, max 8, |jn| {
+                let p0 = exp2_approx(fma(s[mt][jn][2 * half], sh.scale, -m_use));
+                let p1 = exp2_approx(fma(s[mt][jn][2 * half + 1], sh.scale, -m_use));
+                sum += p0 + p1;
+                s[mt][jn][2 * half] = p0;
+                s[mt][jn][2 * half + 1] = p1;
+            });
+            lrow[mt][half] = lrow[mt][half] * alpha + sum;
+            unroll!(D / 16, max 8, |dn| {
+                acc[mt][2 * dn][2 * half] *= alpha;
+                acc[mt][2 * dn][2 * half + 1] *= alpha;
+                acc[mt][2 * dn + 1][2 * half] *= alpha;
+                acc[mt][2 * dn + 1][2 * half + 1] *= alpha;
+            });
+        });
+    });
+    // P as bf16 A fragments (half the registers of S, which dies here): for key step
+    // ks, a0 = row g, keys 2t, 2t+1; a1 = row g+8; a2 = row g, keys 2t+8, 2t+9;
+    // a3 = row g+8.
+    let mut pa = [[[0u32; 4]; 4]; MT];
+    unroll!(MT, max 2, |mt| {
+        unroll!(BN / 16, max 4, |ks| {
+            let (lo, hi) = (s[mt][2 * ks], s[mt][2 * ks + 1]);
+            pa[mt][ks] = [
+                pack_bf16x2(lo[0], lo[1]),
+                pack_bf16x2(lo[2], lo[3]),
+                pack_bf16x2(hi[0], hi[1]),
+                pack_bf16x2(hi[2], hi[3]),
+            ];
+        });
+    });
+    // O += P·V, one key step of 16 at a time.
+    unroll!(BN / 16, max 4, |ks| {
+        unroll!(D / 16, max 8, |dn| {
+            let mi = lane / 8;
+            let key = ks * 16 + (mi % 2) * 8 + lane % 8;
+            // SAFETY: rows of the V tile; converged warp.
+            let r = unsafe { ldmatrix_x4_trans(vs.byte_add(swz::<D>(key, 2 * dn + mi / 2))) };
+            unroll!(MT, max 2, |mt| {
+                // SAFETY: converged warp.
+                unsafe {
+                    acc[mt][2 * dn] = mma_m16n8k16_bf16_f32(pa[mt][ks], [r[0], r[1]], acc[mt][2 * dn]);
+                    acc[mt][2 * dn + 1] = mma_m16n8k16_bf16_f32(pa[mt][ks], [r[2], r[3]], acc[mt][2 * dn + 1]);
+                }
+            });
         });
     });
 }
