@@ -13,9 +13,9 @@
 //! K fragment used for all `MT` row tiles), masks causally near the diagonal, runs the
 //! online softmax in base 2 (quad shuffles for the row max), and accumulates `P·V` with P
 //! converted in registers to A fragments and V read with `ldmatrix.x4.trans`. Shared
-//! tile rows are padded by 16 bytes, so `ldmatrix` and the `cp.async` writes are free of
-//! bank conflicts and every fragment address is a lane base plus a constant. A row tile that straddles two sequences
-//! runs once per sequence with the other rows masked.
+//! tiles are XOR-swizzled by 16-byte chunk ([`swz`]), so neither `ldmatrix` nor the
+//! `cp.async` writes have bank conflicts. A row tile that straddles two sequences runs
+//! once per sequence with the other rows masked.
 
 use crate::attention::math::{LOG2_E, fma, recip, unroll};
 use megaops::bf16;
@@ -49,7 +49,7 @@ use megaops::device::warp::{FULL_MASK, shfl_xor_sync};
 /// `batch·max_seq <= cache_rows`; `seq > 0`.
 #[megaops::kernel(
     block = THREADS,
-    smem = (BM + 4 * BN) * (D * 2 + 16),
+    smem = (BM + 4 * BN) * (D * 2),
     input(q[m, hq * D] = [pid_m: BM, pid_h: D]),
     input(k_cache[cache_rows, hkv * D] = [_, _]),
     input(v_cache[cache_rows, hkv * D] = [_, _]),
@@ -119,26 +119,29 @@ struct Shape {
     scale: f32,
 }
 
-/// Bytes per row of a shared `[rows][D]` bf16 tile: `D·2` plus 16 bytes of padding, so
-/// the 8 rows an `ldmatrix` reads (and the 16-byte chunks `cp.async` writes) fall in
-/// different banks.
+/// Bytes per row of a shared `[rows][D]` bf16 tile (unpadded: see [`swz`]).
 const fn row_bytes(d: usize) -> usize {
-    d * 2 + 16
+    d * 2
 }
 
-/// Byte offset of 16-byte chunk `chunk` of row `row` in a padded `[rows][D]` bf16 tile.
-/// Affine in both, so the compiler folds the constant part into the address.
+/// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled `[rows][D]` bf16 tile:
+/// the chunk index is XORed with `row % 8`, so the 8 rows an `ldmatrix` reads at one
+/// chunk fall in 8 different 16-byte bank groups, and the two whole rows a warp's
+/// `cp.async`s write stay contiguous (4 wavefronts, not the ~10 of a padded layout's
+/// writes that straddle 128-byte lines). Every caller's `row % 8` is its lane's `lane % 8`
+/// (the other terms are multiples of 8), so the XOR is per lane, not per row.
 #[inline(always)]
 fn swz<const D: usize>(row: usize, chunk: usize) -> usize {
-    row * row_bytes(D) + chunk * 16
+    row * row_bytes(D) + ((chunk ^ (row % 8)) * 16)
 }
 
 /// Starts copying `rows` rows of `D` bf16 (global row stride `stride` elements) into the
-/// padded tile at `dst`; rows `>= valid` are zero-filled. All `NW` warps call it.
+/// swizzled tile at `dst`; rows `>= valid` are zero-filled. All `NW` warps call it.
 ///
 /// Thread `tid` copies 16-byte chunk `tid % (D/8)` of rows `tid / (D/8) + i·pass`, `pass =
-/// NW·32 / (D/8)`: the chunk and the first row are computed once, and each further copy
-/// only adds a constant to both addresses (`rows` is a constant of the config after
+/// NW·32 / (D/8)` (a multiple of 8, so every row of a thread has the same swizzle): the
+/// chunk and the first row are computed once, and each further copy only adds a constant
+/// to both addresses (`rows` is a constant of the config after
 /// inlining, so the loop unrolls into `cp.async`s with immediate offsets). Only a tile
 /// that reaches past `valid` pays for the per-row bounds check and zero fill.
 ///
@@ -153,7 +156,12 @@ unsafe fn load_tile<const D: usize, const NW: usize>(
     rows: usize,
     valid: usize,
 ) {
-    const { assert!((NW * 32).is_multiple_of(D / 8), "a pass must cover whole rows") };
+    const {
+        assert!(
+            (NW * 32).is_multiple_of(D / 8) && (NW * 32 / (D / 8)).is_multiple_of(8),
+            "a pass must cover whole rows, a multiple of the swizzle period"
+        )
+    };
     let chunks = D / 8;
     let pass = NW * 32 / chunks;
     let tid = thread_idx_x() as usize;
