@@ -26,6 +26,7 @@ use megaops::bf16;
 use megaops::device::atomic::{self, AcqRel, Gpu, Relaxed};
 use megaops::device::convert::pack_bf16x2;
 use megaops::device::fence::fence;
+use megaops::device::math::exp2_approx;
 use megaops::device::memory::{ld_global_cg_v2_u32, ld_global_cg_v4_u32, st_global_v2_u32, st_global_v4_f32};
 use megaops::device::shared::{self, SharedPtr};
 use megaops::device::thread::{lane_id, sync_threads, sync_threads_or, thread_idx_x, warp_id};
@@ -247,69 +248,23 @@ unsafe fn attend<const D: usize, const G: usize, const U: usize, const NW: usize
         acc: [[0.0; 8]; G],
     };
     let (start, end) = (job.start as usize, job.end as usize);
+    // This lane's position in a block is `(warp·U + u)·rps + r`: its first position's K/V
+    // addresses are computed once, position u adds `u·rps` rows, a block `NW·U·rps`.
+    let step = NW * U * rps;
+    let lane_pos = warp * U * rps + r;
+    let mut rows = Rows {
+        k: k.wrapping_add((start + lane_pos) * stride + col),
+        v: v.wrapping_add((start + lane_pos) * stride + col),
+        u_stride: rps * stride,
+    };
     let mut p0 = start;
     while p0 < end {
-        // Issue all loads of this block first (U positions per lane, K and V).
-        let mut kr = [[0u32; 4]; U];
-        let mut vr = [[0u32; 4]; U];
-        unroll!(U, max 4, |u| {
-            let p = p0 + (warp * U + u) * rps + r;
-            if p < end {
-                // SAFETY: position p < end of the sequence; 16-byte aligned.
-                unsafe {
-                    kr[u] = ld_global_cg_v4_u32(k.add(p * stride + col).cast());
-                    vr[u] = ld_global_cg_v4_u32(v.add(p * stride + col).cast());
-                }
-            }
-        });
-        // Scores of the U positions for each head (all lanes of a position get the sum).
-        let mut sc = [[f32::NEG_INFINITY; U]; G];
-        unroll!(U, max 4, |u| {
-            let kf = unpack8(kr[u]);
-            let valid = p0 + (warp * U + u) * rps + r < end;
-            unroll!(G, max 8, |g| {
-                let mut d = 0.0f32;
-                for i in 0..8 {
-                    d = fma(qf[g][i], kf[i], d);
-                }
-                let mut off = 1;
-                while off < lpr {
-                    d += shfl_xor_sync(FULL_MASK, d, off as u32);
-                    off *= 2;
-                }
-                if valid {
-                    sc[g][u] = d;
-                }
-            });
-        });
-        // Online softmax: one rescale per block.
-        let mut vf = [[0.0f32; 8]; U];
-        unroll!(U, max 4, |u| {
-            vf[u] = unpack8(vr[u]);
-        });
-        unroll!(G, max 8, |g| {
-            let mut mx = st.m[g];
-            unroll!(U, max 4, |u| {
-                mx = mx.max(sc[g][u]);
-            });
-            if mx != f32::NEG_INFINITY {
-                let alpha = exp2(st.m[g] - mx);
-                st.l[g] *= alpha;
-                for i in 0..8 {
-                    st.acc[g][i] *= alpha;
-                }
-                unroll!(U, max 4, |u| {
-                    // Invalid positions: exp2(-inf) is ~2^-125 and their V registers are 0.
-                    let pw = exp2(sc[g][u] - mx);
-                    st.l[g] += pw;
-                    for i in 0..8 {
-                        st.acc[g][i] = fma(pw, vf[u][i], st.acc[g][i]);
-                    }
-                });
-                st.m[g] = mx;
-            }
-        });
-        p0 += NW * U * rps;
+        // The lane's position u of this block is in range when `u·rps < end - p0 - lane_pos`.
+        let limit = (end - p0) as isize - lane_pos as isize;
+        // SAFETY: only positions below `end` are read (the mask).
+        unsafe { attend_block::<D, G, U>(&rows, limit, qf, &mut st) };
+        rows.advance(step * stride);
+        p0 += step;
     }
     // Merge the position slots of the warp: lanes c, c + lpr, ... hold the same columns.
     let mut off = lpr;
@@ -333,6 +288,102 @@ unsafe fn attend<const D: usize, const G: usize, const U: usize, const NW: usize
         off *= 2;
     }
     st
+}
+
+/// A lane's K/V addresses in [`attend`]: position u of the current block at `k + u·u_stride`.
+#[derive(Clone, Copy)]
+struct Rows {
+    k: *const bf16,
+    v: *const bf16,
+    u_stride: usize,
+}
+
+impl Rows {
+    /// Moves on by `elems` elements (one block of positions).
+    #[inline(always)]
+    fn advance(&mut self, elems: usize) {
+        self.k = self.k.wrapping_add(elems);
+        self.v = self.v.wrapping_add(elems);
+    }
+}
+
+/// One block of [`attend`] (U positions per lane): loads K and V, the scores of the `G`
+/// heads, and the online-softmax update with one rescale. Position u is read only when
+/// `u·rps < limit` (`rps` positions per warp and load). (A mask-free body for whole
+/// blocks beside this one took these configs past 170 registers, i.e. from three CTAs
+/// per SM to two.)
+///
+/// # Safety
+/// `rows` addresses readable positions below `limit`.
+#[inline(always)]
+unsafe fn attend_block<const D: usize, const G: usize, const U: usize>(
+    rows: &Rows,
+    limit: isize,
+    qf: &[[f32; 8]; G],
+    st: &mut State<G>,
+) {
+    let lpr = D / 8;
+    let rps = 32 / lpr;
+    let valid = |u: usize| ((u * rps) as isize) < limit;
+    // Issue all loads of this block first (U positions per lane, K and V).
+    let mut kr = [[0u32; 4]; U];
+    let mut vr = [[0u32; 4]; U];
+    unroll!(U, max 4, |u| {
+        if valid(u) {
+            // SAFETY: a position in range (caller's contract); 16-byte aligned.
+            unsafe {
+                kr[u] = ld_global_cg_v4_u32(rows.k.add(u * rows.u_stride).cast());
+                vr[u] = ld_global_cg_v4_u32(rows.v.add(u * rows.u_stride).cast());
+            }
+        }
+    });
+    // Scores of the U positions for each head (all lanes of a position get the sum).
+    let mut sc = [[f32::NEG_INFINITY; U]; G];
+    unroll!(U, max 4, |u| {
+        let kf = unpack8(kr[u]);
+        unroll!(G, max 8, |g| {
+            let mut d = 0.0f32;
+            for i in 0..8 {
+                d = fma(qf[g][i], kf[i], d);
+            }
+            let mut off = 1;
+            while off < lpr {
+                d += shfl_xor_sync(FULL_MASK, d, off as u32);
+                off *= 2;
+            }
+            if valid(u) {
+                sc[g][u] = d;
+            }
+        });
+    });
+    // Online softmax: one rescale per block. Every exp2 argument is ≤ 0 or -inf (a
+    // finite max is subtracted), so the SFU's `ex2.approx` needs no clamp: exp2(-inf) = 0.
+    let mut vf = [[0.0f32; 8]; U];
+    unroll!(U, max 4, |u| {
+        vf[u] = unpack8(vr[u]);
+    });
+    unroll!(G, max 8, |g| {
+        let mut mx = st.m[g];
+        unroll!(U, max 4, |u| {
+            mx = mx.max(sc[g][u]);
+        });
+        if mx != f32::NEG_INFINITY {
+            let alpha = exp2_approx(st.m[g] - mx);
+            st.l[g] *= alpha;
+            for i in 0..8 {
+                st.acc[g][i] *= alpha;
+            }
+            unroll!(U, max 4, |u| {
+                // Positions out of range: weight 0, and their V registers are 0.
+                let pw = exp2_approx(sc[g][u] - mx);
+                st.l[g] += pw;
+                for i in 0..8 {
+                    st.acc[g][i] = fma(pw, vf[u][i], st.acc[g][i]);
+                }
+            });
+            st.m[g] = mx;
+        }
+    });
 }
 
 /// Merges the warps' states into this split's partial, and — in the last CTA of the
