@@ -77,9 +77,10 @@ impl Suite<'_> {
     }
 
     /// `rows` rows of `width` of a pool, starting at row `set · rows` (rotation sets
-    /// wrap around the pool).
+    /// wrap around the pool; a tail shorter than a row is left out, so any width works).
     fn view(pool: &Tensor<bf16>, rows: usize, width: usize, set: usize) -> Result<Tensor<bf16>> {
-        let all = pool.reshape(&[pool.numel() / width, width])?;
+        let whole = pool.numel() / width;
+        let all = pool.narrow(0, whole * width)?.reshape(&[whole, width])?;
         let sets = (all.shape()[0] / rows).max(1);
         let start = (set % sets) * rows;
         all.narrow(start, start + rows)
