@@ -187,8 +187,7 @@ pub const ERROR_WAIT_TIMEOUT: u32 = 1;
 pub struct ErrorLog {
     /// Non-zero once any wait failed.
     pub abort: i32,
-    /// Number of records written, one per group of lanes of a warp that timed out together
-    /// (may exceed `MAX_ERRORS`; extra ones are dropped).
+    /// Number of records written (may exceed `MAX_ERRORS`; extra ones are dropped).
     pub count: u32,
     /// The first records.
     pub records: [ErrorRecord; MAX_ERRORS],

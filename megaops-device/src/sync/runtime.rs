@@ -268,25 +268,15 @@ unsafe fn wait_slow(_ctx: &KernelCtx, site: &WaitSite) -> bool {
 
 /// Writes a timeout record into the error log and raises its abort flag; traps if the
 /// launch has no error log.
-///
-/// One record per group of lanes of a warp that time out together (they started waiting
-/// together, on the same data tiles): the lowest active lane writes it. With one record
-/// per lane, the 32 lanes of the first warp to time out took all [`MAX_ERRORS`] slots
-/// and the report named one CTA even when several were stuck.
 #[cfg(target_arch = "nvptx64")]
 unsafe fn record_timeout(ctx: &KernelCtx, site: &WaitSite, value: i32, waited_ns: u64) {
     if ctx.errors.is_null() {
         // SAFETY: aborting the kernel is the only report left.
         unsafe { core::arch::nvptx::trap() }
     }
-    let log = ctx.errors;
-    if crate::thread::lane_id() != crate::warp::activemask().trailing_zeros() {
-        // SAFETY: errors is a valid log (caller's contract).
-        unsafe { atomic::store(&raw mut (*log).abort, 1i32, atomic::Release, Gpu) };
-        return;
-    }
     // SAFETY: errors is a valid log (caller's contract); the slot index is unique.
     unsafe {
+        let log = ctx.errors;
         let slot = atomic::add(&raw mut (*log).count, 1u32, Relaxed, Gpu);
         if (slot as usize) < MAX_ERRORS {
             let rec = &raw mut (*log).records[slot as usize];
