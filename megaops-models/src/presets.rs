@@ -1,0 +1,1 @@
+//! Presets: the dimensions of released models with seeded random weights.
