@@ -3,7 +3,7 @@
 //!
 //! - [`fig1`]: the paper's Figure 1, two back-to-back GEMMs overlapped on row data tiles
 //!   (`cargo run --release -p megaops-examples --bin fig1`);
-//! - [`mlp`]: a SwiGLU MLP block (RMSNorm → gate/up → SiLU·mul → down),
+//! - [`mlp`] (re-exported from `megaops-models`): a SwiGLU MLP block (RMSNorm → gate/up → SiLU·mul → down),
 //!   decode-like (GEMV kernels) and prefill-like (tensor-core GEMM);
 //! - [`protocol`]: test kernels of the protocol itself.
 #![cfg_attr(target_arch = "nvptx64", no_std, feature(abi_ptx))]
@@ -13,5 +13,5 @@ megaops::kernel_crate!();
 #[cfg(not(target_arch = "nvptx64"))]
 pub mod fig1;
 #[cfg(not(target_arch = "nvptx64"))]
-pub mod mlp;
+pub use megaops_models::layers::mlp;
 pub mod protocol;

@@ -11,9 +11,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod error;
-pub mod generate;
 pub mod layers;
-pub mod model;
 pub mod presets;
 pub mod tokenizer;
 
