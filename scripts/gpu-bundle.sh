@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 pack=${1:-.carry/gpu}
 dir=target/gpu-bundle/gpu
 rm -rf "$dir" "$pack" && mkdir -p "$dir/tests" "$pack"
-packages=(-p megaops-device-kernels -p megaops-examples -p megaops-kernels)
+packages=(-p megaops-device-kernels -p megaops-examples -p megaops-kernels -p megaops-models)
 cargo test --release --no-run "${packages[@]}" --message-format=json 2>/dev/null \
   | python3 -c '
 import json, sys
@@ -25,12 +25,14 @@ for line in sys.stdin:
 ' | while IFS=$'\t' read -r name exe; do
     cp "$exe" "$dir/tests/${name}"
   done
-cargo build --release -p megaops-bench -p megaops-examples --bins
-cp target/release/megaops-bench "$dir/"
+cargo build --release -p megaops-bench -p megaops-examples -p megaops-cli --bins
+cp target/release/megaops-bench target/release/megaops "$dir/"
 for b in target/release/fig1 target/release/mlp; do [ -f "$b" ] && cp "$b" "$dir/"; done
 cp scripts/gpu-run.sh "$dir/"
-[ -f bench/sdpa_baseline.py ] && cp bench/sdpa_baseline.py "$dir/"
-strip "$dir"/tests/* "$dir"/megaops-bench "$dir"/fig1 "$dir"/mlp 2>/dev/null || true
+# The Python side: the SDPA baseline, the transformers comparison and the fixture maker.
+for f in bench/*.py; do [ -f "$f" ] && cp "$f" "$dir/"; done
+[ -d bench/py ] && cp -r bench/py "$dir/"
+strip "$dir"/tests/* "$dir"/megaops-bench "$dir"/megaops "$dir"/fig1 "$dir"/mlp 2>/dev/null || true
 ls -la "$dir" "$dir/tests"; du -sh "$dir"
 tar -C "$(dirname "$dir")" -cf - gpu | xz -T2 -6 > "$pack/bundle.tar.xz"
 du -sh "$pack/bundle.tar.xz"

@@ -7,6 +7,7 @@ megaops::kernel_crate!();
 
 pub mod attention;
 pub mod bandwidth;
+pub mod decode_step;
 pub mod elementwise;
 pub mod gemm;
 pub mod gemv;

@@ -243,6 +243,11 @@ fn config_tables_match_the_kernels() {
     assert_eq!(decode::config_index(128, 32, 8), Some(2));
     assert_eq!(decode::config_index(64, 32, 8), Some(6));
     assert_eq!(decode::config_index(128, 12, 8), None);
+    assert_eq!(decode::config_index(128, 24, 8), Some(8), "Llama-3.2-3B: G = 3");
+    assert_eq!(decode::config_index(128, 40, 8), Some(9), "Qwen3-14B: G = 5");
+    for g in 1..=8 {
+        assert!(decode::config_index(64, g, 1).is_some(), "a D = 64 config for G = {g}");
+    }
     // Longest first: a permutation of the tiles, last row tile first.
     let order = prefill::longest_first_order(300, 100, 64, 3);
     let mut sorted = order.clone();
@@ -306,7 +311,7 @@ fn decode_on_the_cpu_backend() -> Result<()> {
     let dev = cpu_device(seed)?;
     let mut k = 0;
     for d in [128usize, 64] {
-        for (g, hkv) in [(1usize, 2usize), (2, 1), (4, 2), (8, 1)] {
+        for (g, hkv) in [(1usize, 2usize), (2, 1), (4, 2), (8, 1), (3, 2), (5, 1), (6, 1), (7, 1)] {
             k += 1;
             // Lengths: 1, not multiples of the split, one empty sequence, one full.
             let (batch, lens, splits) = match k % 4 {
@@ -559,8 +564,9 @@ fn attention_on_the_gpu_at_model_sizes() -> Result<()> {
     };
     let seed = fresh_seed("attention_on_the_gpu_at_model_sizes");
     let sms = dev.sm_count();
-    // Qwen3-8B (32/8 × 128), Qwen3-1.7B (16/8 × 128), Llama-3.2-1B (32/8 × 64).
-    for (i, &(hq, hkv, d)) in [(32usize, 8usize, 128usize), (16, 8, 128), (32, 8, 64)]
+    // Qwen3-8B (32/8 × 128), Qwen3-1.7B (16/8 × 128), Llama-3.2-1B (32/8 × 64),
+    // Llama-3.2-3B (24/8 × 128, G = 3), Qwen3-14B (40/8 × 128, G = 5).
+    for (i, &(hq, hkv, d)) in [(32usize, 8usize, 128usize), (16, 8, 128), (32, 8, 64), (24, 8, 128), (40, 8, 128)]
         .iter()
         .enumerate()
     {

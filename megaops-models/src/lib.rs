@@ -11,9 +11,13 @@
 pub mod checkpoint;
 pub mod config;
 pub mod error;
+pub mod generate;
 pub mod layers;
+pub mod model;
 pub mod presets;
 pub mod tokenizer;
 
 pub use config::{Architecture, Config};
 pub use error::{ModelError, Result};
+pub use generate::{GenerateOptions, Generation, generate};
+pub use model::{CausalLm, Model, Pass};

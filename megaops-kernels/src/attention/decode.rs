@@ -84,6 +84,14 @@ use megaops::device::warp::{FULL_MASK, shfl_xor_sync};
 #[config(D = 64, G = 2, U = 4, THREADS = 128)]
 #[config(D = 64, G = 4, U = 4, THREADS = 128)]
 #[config(D = 64, G = 8, U = 2, THREADS = 128)]
+#[config(D = 128, G = 3, U = 4, THREADS = 128)]
+#[config(D = 128, G = 5, U = 2, THREADS = 128)]
+#[config(D = 128, G = 6, U = 2, THREADS = 128)]
+#[config(D = 128, G = 7, U = 2, THREADS = 128)]
+#[config(D = 64, G = 3, U = 4, THREADS = 128)]
+#[config(D = 64, G = 5, U = 2, THREADS = 128)]
+#[config(D = 64, G = 6, U = 2, THREADS = 128)]
+#[config(D = 64, G = 7, U = 2, THREADS = 128)]
 pub unsafe fn decode_attention(
     q: *const bf16,
     k_cache: *const bf16,
@@ -574,7 +582,7 @@ mod host {
 
     /// `(D, G)` of each tile config of [`decode_attention`](super::decode_attention), in
     /// `CONFIGS` order.
-    pub const CONFIG_SHAPES: [(u32, u32); 8] = [
+    pub const CONFIG_SHAPES: [(u32, u32); 16] = [
         (128, 1),
         (128, 2),
         (128, 4),
@@ -583,6 +591,14 @@ mod host {
         (64, 2),
         (64, 4),
         (64, 8),
+        (128, 3),
+        (128, 5),
+        (128, 6),
+        (128, 7),
+        (64, 3),
+        (64, 5),
+        (64, 6),
+        (64, 7),
     ];
 
     /// The tile config of `decode_attention` for head dim `d` and `hq / hkv` query heads

@@ -315,15 +315,47 @@ impl Mlp {
                 acts.config, self.config
             )));
         }
+        if stage == 0 {
+            let c = self.config;
+            let opts = LaunchOptions::config(if acts.path == MlpPath::Decode { 0 } else { 1 }).release_next(acts.release);
+            acts.xn.rearm();
+            rmsnorm::launch_with(
+                on,
+                &opts,
+                x,
+                &self.norm_w,
+                &mut acts.xn,
+                acts.m as u32,
+                c.hidden as u32,
+                c.eps,
+            )?;
+            return Ok(());
+        }
+        self.projection_stage(on, acts, stage)
+    }
+
+    /// Enqueues the stages after the norm (gate/up, SiLU·mul, down) on the normalised
+    /// input that `acts.normed()` holds, which the caller produced, e.g. a decoder layer's
+    /// fused add + RMSNorm writing [`MlpActivations::normed_mut`].
+    pub fn forward_projections(&self, on: &impl LaunchTarget, acts: &mut MlpActivations) -> Result<()> {
+        if acts.config != self.config {
+            return Err(Error::Shape(format!(
+                "MLP forward: activations built for {:?}, block is {:?}",
+                acts.config, self.config
+            )));
+        }
+        for stage in 1..acts.path.stages().len() {
+            self.projection_stage(on, acts, stage)?;
+        }
+        Ok(())
+    }
+
+    /// Stage `stage ≥ 1` of the forward pass (see [`Mlp::forward_stage`]).
+    fn projection_stage(&self, on: &impl LaunchTarget, acts: &mut MlpActivations, stage: usize) -> Result<()> {
         let c = self.config;
         let (m, h, inter) = (acts.m as u32, c.hidden as u32, c.inter as u32);
         let opts = |config: usize| LaunchOptions::config(config).release_next(acts.release);
         match (acts.path, stage) {
-            (_, 0) => {
-                acts.xn.rearm();
-                let config = if acts.path == MlpPath::Decode { 0 } else { 1 };
-                rmsnorm::launch_with(on, &opts(config), x, &self.norm_w, &mut acts.xn, m, h, c.eps)?;
-            }
             (MlpPath::Decode, 1) => {
                 acts.act.rearm();
                 plan::gate_up(
@@ -584,6 +616,12 @@ impl MlpActivations {
     /// The normalised input `xn = rmsnorm(x) · norm_w`, `[m, hidden]`.
     pub fn normed(&self) -> &Tiled<bf16, DynRows> {
         &self.xn
+    }
+
+    /// The normalised input, for a producer other than the block's own RMSNorm (e.g. a
+    /// fused add + RMSNorm) before [`Mlp::forward_projections`].
+    pub fn normed_mut(&mut self) -> &mut Tiled<bf16, DynRows> {
+        &mut self.xn
     }
 
     /// The gate/up GEMM output `[m, 2·inter]` (gate columns, then up columns): prefill

@@ -1,0 +1,123 @@
+//! The command line.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Qwen3 and Llama-3 inference with MegaOps kernels overlapped at data-tile granularity.
+#[derive(Parser, Debug)]
+#[command(name = "megaops", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Generate tokens greedily for a prompt.
+    Generate(Generate),
+    /// Print a model's config, weight bytes, KV-cache bytes and the device.
+    Info(Info),
+    /// Write a preset with seeded random weights as a Hugging Face folder.
+    Export(Export),
+}
+
+/// Which model: a Hugging Face folder or a preset.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// A Hugging Face folder (config.json, model.safetensors or a sharded index,
+    /// optionally tokenizer.json).
+    #[arg(long, conflicts_with = "preset", required_unless_present = "preset")]
+    pub model: Option<PathBuf>,
+    /// A preset with random weights: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b,
+    /// llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, tiny, tiny-llama.
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// Keep only the first N decoder layers (presets only).
+    #[arg(long, requires = "preset")]
+    pub layers: Option<usize>,
+    /// Seed of a preset's random weights.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// `megaops generate`.
+#[derive(Args, Debug)]
+pub struct Generate {
+    /// The model.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt as text (needs the folder's tokenizer.json).
+    #[arg(long, group = "input")]
+    pub prompt: Option<String>,
+    /// The prompt as token ids, e.g. `1,2,3`.
+    #[arg(long, group = "input", value_delimiter = ',')]
+    pub prompt_ids: Option<Vec<u32>>,
+    /// A JSON file with one prompt of token ids per sequence (`[[1,2],[3,4]]`, equal
+    /// lengths); the batch is the number of prompts.
+    #[arg(long, group = "input")]
+    pub prompt_file: Option<PathBuf>,
+    /// Sequences (the prompt is repeated); not with --prompt-file.
+    #[arg(long, default_value_t = 1, conflicts_with = "prompt_file")]
+    pub batch: usize,
+    /// Tokens to generate per sequence.
+    #[arg(long, default_value_t = 32)]
+    pub max_new_tokens: usize,
+    /// Keep generating after an end-of-sequence token.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Run the same kernels without overlap (one stream, kernel barriers).
+    #[arg(long)]
+    pub no_overlap: bool,
+    /// Streams of the overlapping AsyncStream.
+    #[arg(long, default_value_t = 2)]
+    pub streams: usize,
+    /// Launch the decode step eagerly every step instead of replaying a captured graph.
+    #[arg(long)]
+    pub no_graph: bool,
+    /// Print one JSON object (with the generated ids of each sequence in `tokens`).
+    #[arg(long)]
+    pub json: bool,
+    /// Teacher forcing: a JSON file with, per sequence, the ids that decode steps feed
+    /// instead of the generated ones (checks against a reference).
+    #[arg(long)]
+    pub force_tokens: Option<PathBuf>,
+    /// Write the f32 logits of every step, `[steps, batch, vocab]` little-endian.
+    #[arg(long)]
+    pub logits_out: Option<PathBuf>,
+}
+
+/// `megaops info`.
+#[derive(Args, Debug)]
+pub struct Info {
+    /// The model.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Sequences, for the KV-cache size.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Context length per sequence, for the KV-cache size (default: the model's).
+    #[arg(long)]
+    pub context: Option<usize>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `megaops export`.
+#[derive(Args, Debug)]
+pub struct Export {
+    /// The preset.
+    #[arg(long)]
+    pub preset: String,
+    /// Keep only the first N decoder layers.
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// The folder to write.
+    #[arg(long)]
+    pub out: PathBuf,
+}

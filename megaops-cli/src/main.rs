@@ -1,0 +1,16 @@
+//! `megaops`: generate with a Qwen3 / Llama-3 model on MegaOps (a Hugging Face folder or a
+//! preset with random weights), show a model's sizes, or write a preset out as a Hugging
+//! Face folder. Runs on the GPU when there is one, else on the CPU backend (and says so).
+
+mod args;
+mod run;
+
+use clap::Parser;
+
+fn main() {
+    let cli = args::Cli::parse();
+    if let Err(e) = run::run(cli) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}

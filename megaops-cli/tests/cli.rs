@@ -1,0 +1,118 @@
+//! The `megaops` command as a user runs it: Hugging Face fixtures made by transformers
+//! reproduced token for token (on the CPU backend without a GPU), presets, and one-line
+//! errors for bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn megaops(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_megaops"))
+        .args(args)
+        .output()
+        .expect("the megaops binary runs")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+fn stdout_json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "megaops failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is one JSON object ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn tokens(v: &serde_json::Value) -> Vec<Vec<u64>> {
+    serde_json::from_value(v["tokens"].clone()).expect("a `tokens` list per sequence")
+}
+
+/// The transformers fixture: its greedy tokens for a batch of prompts, reproduced.
+fn check_fixture(name: &str) {
+    let dir = fixture(name);
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).expect("reference.json"))
+            .expect("JSON");
+    let prompts = dir.join("reference.prompts.json");
+    std::fs::write(&prompts, reference["prompts"].to_string()).expect("write prompts");
+    let new = reference["max_new_tokens"].as_u64().expect("max_new_tokens").to_string();
+    let d = dir.to_str().expect("utf-8 path");
+    let p = prompts.to_str().expect("utf-8 path");
+    let out = megaops(&["generate", "--model", d, "--prompt-file", p, "--max-new-tokens", &new, "--ignore-eos", "--json"]);
+    let _ = std::fs::remove_file(&prompts);
+    let got = stdout_json(&out);
+    let want: Vec<Vec<u64>> = serde_json::from_value(reference["tokens"].clone()).expect("reference tokens");
+    assert_eq!(tokens(&got), want, "{name}: transformers' greedy tokens");
+}
+
+#[test]
+fn reproduces_the_transformers_qwen3_fixture() {
+    check_fixture("tiny-qwen3");
+}
+
+#[test]
+fn reproduces_the_transformers_llama_fixture() {
+    check_fixture("tiny-llama");
+}
+
+#[test]
+fn generates_with_a_preset_and_says_where_it_runs() {
+    let out = megaops(&["generate", "--preset", "tiny", "--prompt-ids", "1,2,3", "--max-new-tokens", "8", "--ignore-eos", "--json"]);
+    let v = stdout_json(&out);
+    let t = tokens(&v);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].len(), 8);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if v["backend"] == "cpu" {
+        assert!(stderr.contains("CPU backend"), "says it runs on the CPU backend: {stderr}");
+    }
+    // The same request twice gives the same tokens (seeded weights, greedy).
+    assert_eq!(tokens(&stdout_json(&megaops(&["generate", "--preset", "tiny", "--prompt-ids", "1,2,3", "--max-new-tokens", "8", "--ignore-eos", "--json"]))), t);
+}
+
+fn fails_with(args: &[&str], needle: &str) {
+    let out = megaops(args);
+    assert!(!out.status.success(), "{args:?} should fail");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with("error: ") && last.contains(needle), "{args:?}: `{stderr}` should end in one error line mentioning `{needle}`");
+}
+
+#[test]
+fn bad_input_is_one_error_line() {
+    let missing = std::env::temp_dir().join("megaops-no-such-model");
+    let m = missing.to_str().expect("utf-8");
+    fails_with(&["generate", "--model", m, "--prompt-ids", "1"], "config.json");
+    fails_with(&["generate", "--preset", "gpt-5", "--prompt-ids", "1"], "gpt-5");
+    fails_with(&["generate", "--preset", "tiny", "--prompt-ids", "1", "--batch", "17"], "batch 17");
+    fails_with(&["generate", "--preset", "tiny", "--prompt-ids", "1", "--max-new-tokens", "600"], "context");
+    fails_with(&["generate", "--preset", "tiny", "--prompt", "hello"], "tokenizer");
+    fails_with(&["generate", "--preset", "tiny", "--prompt-ids", "9999"], "vocabulary");
+    // An unsupported architecture, from a folder with only a config.
+    let dir = std::env::temp_dir().join(format!("megaops-cli-gpt2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"architectures":["GPT2LMHeadModel"],"model_type":"gpt2","hidden_size":64,"intermediate_size":256,"num_hidden_layers":2,"num_attention_heads":2,"rms_norm_eps":1e-5,"max_position_embeddings":64,"vocab_size":100}"#,
+    )
+    .expect("write");
+    fails_with(&["info", "--model", dir.to_str().expect("utf-8")], "GPT2LMHeadModel");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn info_reports_sizes() {
+    let out = megaops(&["info", "--preset", "qwen3-0.6b", "--json"]);
+    let v = stdout_json(&out);
+    assert_eq!(v["architecture"], "Qwen3ForCausalLM");
+    let bytes = v["weight_bytes"].as_u64().expect("weight_bytes");
+    assert!((1_150_000_000..1_250_000_000).contains(&bytes), "Qwen3-0.6B has ~0.6 B bf16 parameters: {bytes}");
+    assert_eq!(v["kv_bytes_per_token"], 28 * 2 * 2 * 8 * 128);
+}

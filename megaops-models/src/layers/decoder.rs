@@ -1,0 +1,179 @@
+//! A decoder layer: `h = x + attn(norm₁(x))`, `out = h + mlp(norm₂(h))`, with each residual
+//! add fused into the RMSNorm that follows it (`norm::add_rmsnorm`).
+//!
+//! ```text
+//! input ─┬─ add_rmsnorm ─► xn ─ attention ─► attn_out ─┬─ add_rmsnorm ─► mlp.xn ─ mlp ─► output
+//! (prev) └─ residual ────► res_in ─────────────────────┴─────────────► res_mid ─────────► residual
+//! ```
+//!
+//! The layer's output is the pair (MLP output, residual stream `res_mid`), which the next
+//! layer's first `add_rmsnorm` (or the final norm) sums; layer 0 takes the embedding as
+//! both its input and its residual (a plain RMSNorm).
+
+use super::attention::{Attention, AttentionActivations, AttentionDims, AttentionKind, KvCache, Positions};
+use super::mlp::{DECODE_MAX_M, Mlp, MlpActivations, MlpConfig, PREFILL_ROW_TILE};
+use crate::error::Result;
+use megaops::{Device, DynRows, LaunchOptions, LaunchTarget, Tensor, Tiled, bf16};
+use megaops_kernels::norm::{add_rmsnorm, rmsnorm};
+
+/// The weights of one decoder layer.
+pub struct DecoderLayer {
+    /// `input_layernorm.weight`, `[h]`.
+    input_norm: Tensor<bf16>,
+    /// `self_attn.*`.
+    attn: Attention,
+    /// `mlp.*`, with `post_attention_layernorm.weight` as its norm weight.
+    mlp: Mlp,
+    eps: f32,
+}
+
+impl DecoderLayer {
+    /// A layer from its parts; `mlp`'s norm weight is the post-attention norm.
+    pub fn new(input_norm: Tensor<bf16>, attn: Attention, mlp: Mlp) -> DecoderLayer {
+        let eps = mlp.config().eps;
+        DecoderLayer {
+            input_norm,
+            attn,
+            mlp,
+            eps,
+        }
+    }
+
+    /// The attention block.
+    pub fn attention(&self) -> &Attention {
+        &self.attn
+    }
+
+    /// The MLP block.
+    pub fn mlp(&self) -> &Mlp {
+        &self.mlp
+    }
+
+    /// Enqueues the layer on `input` (the previous layer's MLP output, or the embedding)
+    /// and `residual` (the previous layer's residual stream; `None` for layer 0, whose
+    /// residual is `input` itself), writing `acts.output()` and `acts.residual()`.
+    pub fn forward(
+        &self,
+        on: &impl LaunchTarget,
+        input: &Tiled<bf16, DynRows>,
+        residual: Option<&Tiled<bf16, DynRows>>,
+        cache: &mut KvCache,
+        pos: &Positions<'_>,
+        acts: &mut LayerActivations,
+    ) -> Result<()> {
+        let m = acts.m as u32;
+        let h = self.mlp.config().hidden as u32;
+        let opts = LaunchOptions::config(norm_config(acts.m));
+        acts.xn.rearm();
+        let res = match residual {
+            Some(res) => {
+                acts.res_in.rearm();
+                add_rmsnorm::launch_with(
+                    on,
+                    &opts,
+                    input,
+                    res,
+                    &self.input_norm,
+                    &mut acts.xn,
+                    &mut acts.res_in,
+                    m,
+                    h,
+                    self.eps,
+                )?;
+                &acts.res_in
+            }
+            None => {
+                rmsnorm::launch_with(on, &opts, input, &self.input_norm, &mut acts.xn, m, h, self.eps)?;
+                input
+            }
+        };
+        self.attn.forward(on, &acts.xn, cache, pos, &mut acts.attn)?;
+        acts.res_mid.rearm();
+        let xn2 = acts.mlp.normed_mut();
+        xn2.rearm();
+        add_rmsnorm::launch_with(
+            on,
+            &opts,
+            acts.attn.output(),
+            res,
+            self.mlp.norm_weight(),
+            xn2,
+            &mut acts.res_mid,
+            m,
+            h,
+            self.eps,
+        )?;
+        Ok(self.mlp.forward_projections(on, &mut acts.mlp)?)
+    }
+}
+
+/// The `rmsnorm` / `add_rmsnorm` config for `m` rows: one row per CTA up to
+/// [`DECODE_MAX_M`] rows, four above.
+pub(crate) fn norm_config(m: usize) -> usize {
+    if m <= DECODE_MAX_M { 0 } else { 1 }
+}
+
+/// The rows per data tile of the row-tiled tensors of a pass of `m` rows.
+pub(crate) fn row_tile(m: usize) -> u32 {
+    if m <= DECODE_MAX_M { 1 } else { PREFILL_ROW_TILE }
+}
+
+/// The tensors of one layer's pass of `m` rows (one set serves every other layer).
+pub struct LayerActivations {
+    m: usize,
+    xn: Tiled<bf16, DynRows>,
+    res_in: Tiled<bf16, DynRows>,
+    res_mid: Tiled<bf16, DynRows>,
+    attn: AttentionActivations,
+    mlp: MlpActivations,
+}
+
+impl LayerActivations {
+    /// Tensors for `m` rows; `splits` sizes the decode attention workspace.
+    pub fn new(
+        device: &Device,
+        dims: AttentionDims,
+        mlp: MlpConfig,
+        kind: AttentionKind,
+        m: usize,
+        splits: u32,
+        name: &str,
+    ) -> Result<LayerActivations> {
+        let rows = |what: &str| -> Result<Tiled<bf16, DynRows>> {
+            Ok(Tiled::new(device, &[m, dims.hidden], DynRows(row_tile(m)), &format!("{name}.{what}"))?)
+        };
+        Ok(LayerActivations {
+            m,
+            xn: rows("xn")?,
+            res_in: rows("res_in")?,
+            res_mid: rows("res_mid")?,
+            attn: AttentionActivations::new(device, dims, kind, m, splits, &format!("{name}.attn"))?,
+            mlp: MlpActivations::new(device, mlp, m)?,
+        })
+    }
+
+    /// The MLP output `[m, h]`.
+    pub fn output(&self) -> &Tiled<bf16, DynRows> {
+        self.mlp.output()
+    }
+
+    /// The residual stream after the attention block, `[m, h]`.
+    pub fn residual(&self) -> &Tiled<bf16, DynRows> {
+        &self.res_mid
+    }
+
+    /// The attention block's tensors.
+    pub fn attention(&self) -> &AttentionActivations {
+        &self.attn
+    }
+
+    /// The attention block's tensors, mutable (release points).
+    pub fn attention_mut(&mut self) -> &mut AttentionActivations {
+        &mut self.attn
+    }
+
+    /// The MLP block's tensors.
+    pub fn mlp(&self) -> &MlpActivations {
+        &self.mlp
+    }
+}

@@ -1,0 +1,172 @@
+//! The engine on the CPU backend: whole generations of the `tiny` (Qwen3-like) and
+//! `tiny-llama` (llama3 RoPE scaling, GQA group 3, untied head) presets against an f64
+//! host reference, the decode (GEMV) and prefill (GEMM) paths, overlapped and serial,
+//! graph and eager, and the requests that must fail before any device work.
+
+mod common;
+
+use common::reference::Reference;
+use megaops::testing::{cpu_device, fresh_seed};
+use megaops::{AsyncStream, Device};
+use megaops_models::presets::{self, RandomWeights};
+use megaops_models::{CausalLm, Config, GenerateOptions, ModelError, generate};
+
+fn load(dev: &Device, name: &str, seed: u64) -> (Config, RandomWeights, CausalLm) {
+    let config = presets::preset(name).expect("preset");
+    let weights = RandomWeights::new(config.clone(), seed);
+    let lm = CausalLm::load(dev, &config, &weights, &mut |_, _| {}).expect("load");
+    (config, weights, lm)
+}
+
+fn argmax(row: &[f64]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Generates `new` tokens greedily with the reference; returns the tokens and logits of
+/// each step.
+fn reference_generation(r: &mut Reference, prompts: &[Vec<u32>], new: usize) -> (Vec<Vec<u32>>, Vec<Vec<Vec<f64>>>) {
+    let mut tokens = vec![Vec::new(); prompts.len()];
+    let mut logits = Vec::new();
+    let mut feed: Vec<Vec<u32>> = prompts.to_vec();
+    for _ in 0..new {
+        let step = r.step(&feed);
+        for (b, row) in step.iter().enumerate() {
+            tokens[b].push(argmax(row));
+        }
+        feed = tokens.iter().map(|t| vec![*t.last().expect("a token")]).collect();
+        logits.push(step);
+    }
+    (tokens, logits)
+}
+
+/// Runs the engine teacher-forced on the reference's tokens and compares every step's
+/// logits (max |Δ| relative to the row's spread) and the greedy tokens where the
+/// reference's top-2 margin is clear.
+fn check_against_reference(name: &str, prompts: Vec<Vec<u32>>, new: usize, on: impl Fn(&Device) -> AsyncStream) {
+    let seed = fresh_seed(name);
+    let dev = cpu_device(seed).expect("cpu device");
+    let (config, weights, lm) = load(&dev, name, seed);
+    let mut r = Reference::new(&config, &weights, prompts[0].len() + new);
+    let (want_tokens, want_logits) = reference_generation(&mut r, &prompts, new);
+    let opts = GenerateOptions {
+        max_new_tokens: new,
+        ignore_eos: true,
+        graph: true,
+        force_tokens: Some(want_tokens.iter().map(|t| t[..new - 1].to_vec()).collect()),
+        keep_logits: true,
+    };
+    let s = on(&dev);
+    let out = generate(&lm, &s, &prompts, &opts, &mut |_, _| {}).expect("generate");
+    assert_eq!(out.logits.len(), new, "{name}: logits of every step");
+    let v = config.vocab_size;
+    for (t, (got, want)) in out.logits.iter().zip(&want_logits).enumerate() {
+        for (b, want) in want.iter().enumerate() {
+            let got = &got[b * v..(b + 1) * v];
+            let mean = want.iter().sum::<f64>() / v as f64;
+            let std = (want.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v as f64).sqrt();
+            let err = got
+                .iter()
+                .zip(want)
+                .map(|(g, w)| (*g as f64 - w).abs())
+                .fold(0.0, f64::max);
+            // The prefill attention kernel rounds the softmax weights to bf16 for its P·V
+            // tensor-core product (as flash attention does); the reference does not.
+            let tol = if t == 0 && prompts.len() * prompts[0].len() > 16 { 0.05 } else { 0.03 };
+            assert!(
+                err <= tol * std + 1e-3,
+                "{name}: step {t} sequence {b}: max |Δlogit| {err:.4} against a spread of {std:.4}"
+            );
+            let mut sorted = want.clone();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            if sorted[0] - sorted[1] > 0.1 * std {
+                assert_eq!(
+                    out.tokens[b][t], want_tokens[b][t],
+                    "{name}: step {t} sequence {b}: token (margin {:.3})",
+                    sorted[0] - sorted[1]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn tiny_qwen3_decode_path_matches_the_reference() {
+    check_against_reference("tiny", vec![vec![1, 2, 3], vec![500, 17, 42]], 5, |d| {
+        AsyncStream::new(d, 2).expect("stream")
+    });
+}
+
+#[test]
+fn tiny_llama_prefill_gemm_path_matches_the_reference() {
+    // 2 × 12 prompt rows take the GEMM path of the prefill; llama3 RoPE, group 3, untied.
+    let prompts = vec![(0..12).map(|i| (i * 37 + 5) % 331).collect(), (0..12).map(|i| (i * 11 + 300) % 331).collect()];
+    check_against_reference("tiny-llama", prompts, 3, |d| AsyncStream::new(d, 3).expect("stream"));
+}
+
+#[test]
+fn tiny_single_token_prompt_without_overlap() {
+    check_against_reference("tiny", vec![vec![7]], 4, |d| AsyncStream::serial(d).expect("stream"));
+}
+
+#[test]
+fn overlapped_serial_graph_and_eager_generations_agree() {
+    let seed = fresh_seed("overlapped_serial_graph_and_eager_generations_agree");
+    let dev = cpu_device(seed).expect("cpu device");
+    let (_, _, lm) = load(&dev, "tiny", seed);
+    let prompts = vec![vec![3, 1, 4, 1, 5], vec![9, 2, 6, 5, 3], vec![5, 8, 9, 7, 9]];
+    let run = |s: AsyncStream, graph: bool| {
+        let opts = GenerateOptions {
+            max_new_tokens: 6,
+            ignore_eos: true,
+            graph,
+            force_tokens: None,
+            keep_logits: true,
+        };
+        generate(&lm, &s, &prompts, &opts, &mut |_, _| {}).expect("generate")
+    };
+    let a = run(AsyncStream::new(&dev, 2).expect("stream"), true);
+    let b = run(AsyncStream::serial(&dev).expect("stream"), true);
+    let c = run(AsyncStream::new(&dev, 3).expect("stream"), false);
+    assert_eq!(a.tokens, b.tokens);
+    assert_eq!(a.tokens, c.tokens);
+    assert_eq!(a.logits, b.logits, "the same kernels give the same bits with and without overlap");
+    assert_eq!(a.logits, c.logits, "graph replays give the eager step's bits");
+    assert_eq!(a.decode_steps, 5);
+}
+
+#[test]
+fn bad_requests_fail_before_any_device_work() {
+    let config = presets::preset("tiny").expect("preset");
+    let opts = GenerateOptions {
+        max_new_tokens: 4,
+        ..GenerateOptions::default()
+    };
+    let check = |prompts: Vec<Vec<u32>>, opts: &GenerateOptions, needle: &str| {
+        match megaops_models::generate::check_request(&config, &prompts, opts) {
+            Err(ModelError::Request(m)) => assert!(m.contains(needle), "`{m}` should mention `{needle}`"),
+            other => panic!("expected a request error mentioning `{needle}`, got {other:?}"),
+        }
+    };
+    check(vec![], &opts, "no prompt");
+    check(vec![vec![1]; 17], &opts, "batch 17");
+    check(vec![vec![1, 2], vec![1]], &opts, "equal lengths");
+    check(vec![vec![]], &opts, "empty prompt");
+    check(vec![vec![517]], &opts, "outside the vocabulary");
+    check(vec![vec![1; 510]], &opts, "longer than the model's context");
+    let zero = GenerateOptions {
+        max_new_tokens: 0,
+        ..GenerateOptions::default()
+    };
+    check(vec![vec![1]], &zero, "at least 1");
+    let forced = GenerateOptions {
+        force_tokens: Some(vec![vec![1, 2]]),
+        ..opts.clone()
+    };
+    check(vec![vec![1]], &forced, "forced tokens");
+}
