@@ -70,8 +70,8 @@ fn qwen3(d: Dims, bos: Option<u32>, eos: Option<u32>) -> Config {
 
 /// A Llama-3.x config as the released `config.json` files have it (`rope_theta`
 /// 500000, eps 10⁻⁵, llama3 rope scaling with `factor`, low/high frequency factors 1 and
-/// 4 over 8192 original positions).
-fn llama3(d: Dims, factor: f64, bos: Option<u32>, eos: Option<u32>) -> Config {
+/// 4 over `original` positions: 8192 in the released models).
+fn llama3(d: Dims, factor: f64, original: f64, bos: Option<u32>, eos: Option<u32>) -> Config {
     Config {
         architectures: vec![Architecture::Llama.class_name().into()],
         model_type: Architecture::Llama.model_type().into(),
@@ -89,7 +89,7 @@ fn llama3(d: Dims, factor: f64, bos: Option<u32>, eos: Option<u32>) -> Config {
             factor: Some(factor),
             low_freq_factor: Some(1.0),
             high_freq_factor: Some(4.0),
-            original_max_position_embeddings: Some(8192.0),
+            original_max_position_embeddings: Some(original),
         }),
         rope_parameters: None,
         max_position_embeddings: d.max_positions,
@@ -117,10 +117,16 @@ const LLAMA3_EOS: Option<u32> = Some(128_001);
 /// The config of preset `name` (one of [`PRESETS`], case-insensitive), checked.
 ///
 /// The released models have the dimensions of their Hugging Face `config.json` (base
-/// models' `bos`/`eos` ids). `tiny` is Qwen3-like and `tiny-llama` Llama-like with llama3
-/// rope scaling (factor 8), both small enough for the CPU emulator, with vocabularies that
-/// are multiples of nothing useful (517 and 331) and no `bos`/`eos` ids, so generation from
-/// random weights never stops early.
+/// models' `bos`/`eos` ids). Two small enough for the CPU emulator, with vocabularies that
+/// are multiples of nothing useful and no `bos`/`eos` ids (generation from random weights
+/// never stops early):
+/// - `tiny`, Qwen3-like: hidden 128, intermediate 256, 2 layers, 4 query and 2 kv heads of
+///   64 (so `q_dim` 256 is not the hidden size), vocabulary 517, tied, 512 positions;
+/// - `tiny-llama`, Llama-like with llama3 rope scaling (factor 8 over 128 original
+///   positions, so the unscaled, smoothed and scaled frequency bands all occur): hidden 192,
+///   intermediate 384, 2 layers, 6 query and 2 kv heads of 64 (groups of 3), vocabulary
+///   331, untied, 512 positions. (transformers' `LlamaConfig` requires the hidden size to
+///   be a multiple of the query heads, hence 192 rather than 128.)
 pub fn preset(name: &str) -> Result<Config> {
     let d = |hidden, intermediate, layers, heads, kv_heads, head_dim, vocab, tied, max_positions| Dims {
         hidden,
@@ -157,23 +163,26 @@ pub fn preset(name: &str) -> Result<Config> {
         "llama-3.2-1b" => llama3(
             d(2048, 8192, 16, 32, 8, 64, LLAMA3_VOCAB, true, 131_072),
             32.0,
+            8192.0,
             LLAMA3_BOS,
             LLAMA3_EOS,
         ),
         "llama-3.2-3b" => llama3(
             d(3072, 8192, 28, 24, 8, 128, LLAMA3_VOCAB, true, 131_072),
             32.0,
+            8192.0,
             LLAMA3_BOS,
             LLAMA3_EOS,
         ),
         "llama-3.1-8b" => llama3(
             d(4096, 14336, 32, 32, 8, 128, LLAMA3_VOCAB, false, 131_072),
             8.0,
+            8192.0,
             LLAMA3_BOS,
             LLAMA3_EOS,
         ),
         "tiny" => qwen3(d(128, 256, 2, 4, 2, 64, 517, true, 512), None, None),
-        "tiny-llama" => llama3(d(128, 384, 2, 6, 2, 64, 331, false, 512), 8.0, None, None),
+        "tiny-llama" => llama3(d(192, 384, 2, 6, 2, 64, 331, false, 512), 8.0, 128.0, None, None),
         _ => {
             return Err(ModelError::Config(format!(
                 "unknown preset {name:?}; the presets are {}",

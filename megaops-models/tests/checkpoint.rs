@@ -261,6 +261,100 @@ fn parses_transformers_5_config() {
     assert_eq!(c.torch_dtype.as_deref(), Some("bfloat16"));
 }
 
+/// `tiny` as transformers 5.17 saves it (`AutoConfig.from_pretrained` of the folder
+/// `write_hf_folder` wrote, then `save_pretrained`).
+const TINY_SAVED_BY_TRANSFORMERS_5: &str = r#"{
+  "architectures": [
+    "Qwen3ForCausalLM"
+  ],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": null,
+  "dtype": "bfloat16",
+  "eos_token_id": null,
+  "head_dim": 64,
+  "hidden_act": "silu",
+  "hidden_size": 128,
+  "initializer_range": 0.02,
+  "intermediate_size": 256,
+  "layer_types": [
+    "full_attention",
+    "full_attention"
+  ],
+  "max_position_embeddings": 512,
+  "max_window_layers": 2,
+  "model_type": "qwen3",
+  "num_attention_heads": 4,
+  "num_hidden_layers": 2,
+  "num_key_value_heads": 2,
+  "pad_token_id": null,
+  "rms_norm_eps": 1e-06,
+  "rope_parameters": {
+    "rope_theta": 1000000.0,
+    "rope_type": "default"
+  },
+  "sliding_window": null,
+  "tie_word_embeddings": true,
+  "transformers_version": "5.17.0",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 517
+}"#;
+
+/// `tiny-llama` as transformers 5.17 saves it (the rope parameters merged into
+/// `rope_parameters`).
+const TINY_LLAMA_SAVED_BY_TRANSFORMERS_5: &str = r#"{
+  "architectures": [
+    "LlamaForCausalLM"
+  ],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": null,
+  "dtype": "bfloat16",
+  "eos_token_id": null,
+  "head_dim": 64,
+  "hidden_act": "silu",
+  "hidden_size": 192,
+  "initializer_range": 0.02,
+  "intermediate_size": 384,
+  "max_position_embeddings": 512,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 6,
+  "num_hidden_layers": 2,
+  "num_key_value_heads": 2,
+  "pad_token_id": null,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_parameters": {
+    "factor": 8.0,
+    "high_freq_factor": 4.0,
+    "low_freq_factor": 1.0,
+    "original_max_position_embeddings": 128,
+    "rope_theta": 500000.0,
+    "rope_type": "llama3"
+  },
+  "tie_word_embeddings": false,
+  "transformers_version": "5.17.0",
+  "use_cache": true,
+  "vocab_size": 331
+}"#;
+
+#[test]
+fn parses_configs_saved_by_transformers_5() {
+    let c = Config::from_json(TINY_SAVED_BY_TRANSFORMERS_5).unwrap();
+    let mut want = tiny();
+    (want.rope_theta, want.rope_parameters) = (None, c.rope_parameters.clone());
+    assert_eq!(c, want);
+    assert_eq!(c.rope_base(), 1e6);
+    let c = Config::from_json(TINY_LLAMA_SAVED_BY_TRANSFORMERS_5).unwrap();
+    let want = preset("tiny-llama").unwrap();
+    assert_eq!(c.rope_scaling_kind().unwrap(), want.rope_scaling_kind().unwrap());
+    assert_eq!(c.rope_base(), want.rope_base());
+    assert_eq!(tensor_specs(&c), tensor_specs(&want));
+    assert_eq!(c.torch_dtype.as_deref(), Some("bfloat16"));
+}
+
 #[test]
 fn parses_configs_that_spell_a_setting_twice() {
     // `torch_dtype` beside `dtype`, `type` beside `rope_type`: both occur in saved files.
@@ -669,7 +763,7 @@ fn presets_validate_with_the_released_parameter_counts() {
         ),
         (
             "tiny-llama",
-            2 * 331 * 128 + 128 + 2 * (2 * 128 + 128 * 640 + 384 * 128 + 3 * 128 * 384),
+            2 * 331 * 192 + 192 + 2 * (2 * 192 + 192 * 640 + 384 * 192 + 3 * 192 * 384),
         ),
     ];
     assert_eq!(expected.len(), PRESETS.len());
@@ -774,7 +868,7 @@ fn tensor_specs_list_the_checkpoint_keys_in_order() {
             .iter()
             .all(|(n, _)| !n.contains("q_norm") && !n.contains("k_norm"))
     );
-    assert_eq!(llama.last().unwrap(), &("lm_head.weight".to_string(), vec![331, 128]));
+    assert_eq!(llama.last().unwrap(), &("lm_head.weight".to_string(), vec![331, 192]));
 }
 
 #[test]
@@ -981,4 +1075,29 @@ fn checkpoint_helpers() {
     assert_eq!(back, c);
     let map: HashMap<_, _> = tensor_specs(&c).into_iter().collect();
     assert_eq!(map.len(), tensor_specs(&c).len(), "tensor names are unique");
+}
+
+/// A real checkpoint folder, named by `MEGAOPS_CHECKPOINT`, opens, has every tensor its
+/// config implies, and every tensor reads (`MEGAOPS_CHECKPOINT=dir cargo test -p
+/// megaops-models --test checkpoint -- --ignored`).
+#[test]
+#[ignore = "needs MEGAOPS_CHECKPOINT=<a Hugging Face model folder>"]
+fn opens_the_checkpoint_named_by_megaops_checkpoint() {
+    let Some(dir) = std::env::var_os("MEGAOPS_CHECKPOINT") else {
+        panic!("set MEGAOPS_CHECKPOINT to a Hugging Face model folder");
+    };
+    let ckpt = Checkpoint::open(Path::new(&dir)).unwrap();
+    ckpt.check_tensors().unwrap();
+    let specs = tensor_specs(ckpt.config());
+    for (name, shape) in &specs {
+        let w = ckpt.get(name, shape).unwrap();
+        assert!(w.iter().all(|v| v.is_finite()), "{name} has a non-finite value");
+    }
+    eprintln!(
+        "{}: {} tensors ({} used), {} bytes",
+        ckpt.dir().display(),
+        ckpt.tensor_names().len(),
+        specs.len(),
+        ckpt.total_bytes()
+    );
 }
