@@ -163,11 +163,31 @@ impl Config {
     }
 
     /// Parses and checks a `config.json` text.
+    ///
+    /// A file may spell one setting twice: `torch_dtype` and `dtype` (files saved by
+    /// transformers 4.56+ may keep both), `type` and `rope_type` in `rope_scaling` (4.x
+    /// adds `rope_type` beside a legacy `type` and saves both). Serde rejects a field and
+    /// its alias together as a duplicate, so the newer spelling is kept, the legacy one
+    /// dropped, before deserializing.
     pub fn from_json(text: &str) -> Result<Config> {
-        let config: Config = serde_json::from_str(text).map_err(|e| ModelError::Json {
+        let json_error = |e| ModelError::Json {
             path: "config.json".into(),
             source: e,
-        })?;
+        };
+        let mut value: serde_json::Value = serde_json::from_str(text).map_err(json_error)?;
+        if let Some(obj) = value.as_object_mut() {
+            if obj.contains_key("dtype") {
+                obj.remove("torch_dtype");
+            }
+            for key in ["rope_scaling", "rope_parameters"] {
+                if let Some(rope) = obj.get_mut(key).and_then(|v| v.as_object_mut())
+                    && rope.contains_key("rope_type")
+                {
+                    rope.remove("type");
+                }
+            }
+        }
+        let config: Config = serde_json::from_value(value).map_err(json_error)?;
         config.validate()?;
         Ok(config)
     }
@@ -241,11 +261,17 @@ impl Config {
             return bad("a weight matrix with more than 2³² elements".into());
         }
         if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0) {
-            return Err(ModelError::Config(format!("rms_norm_eps {} must be finite and ≥ 0", self.rms_norm_eps)));
+            return Err(ModelError::Config(format!(
+                "rms_norm_eps {} must be finite and ≥ 0",
+                self.rms_norm_eps
+            )));
         }
         self.rope_scaling_kind()?;
-        if !(self.rope_base() > 0.0) {
-            return Err(ModelError::Config(format!("rope_theta {} must be positive", self.rope_base())));
+        let base = self.rope_base();
+        if !base.is_finite() || base <= 0.0 {
+            return Err(ModelError::Config(format!(
+                "rope_theta {base} must be finite and positive"
+            )));
         }
         Ok(())
     }
