@@ -892,7 +892,7 @@ fn random_weights_are_deterministic_and_scaled() {
             assert!(w.iter().all(|x| (0.5..1.5).contains(x)), "{name}");
             assert!((mean - 1.0).abs() < 0.1 && var > 0.05, "{name}: mean {mean}, var {var}");
         } else {
-            let gain = if name.contains("embed") || name.contains("lm_head") {
+            let gain = if name.contains("o_proj") || name.contains("down_proj") {
                 4.0
             } else {
                 1.0
@@ -918,9 +918,9 @@ fn random_weights_are_deterministic_and_scaled() {
 }
 
 /// Logits of the random `tiny` models straight from the embedding (final norm, LM head):
-/// of order 1–10 and with many different argmaxes, so greedy tokens vary.
+/// of order 1 and with many different argmaxes.
 #[test]
-fn random_weights_give_logits_of_order_one_to_ten() {
+fn random_weights_give_logits_of_order_one() {
     for name in ["tiny", "tiny-llama"] {
         let config = preset(name).unwrap();
         let w = RandomWeights::new(config.clone(), 3);
@@ -950,7 +950,7 @@ fn random_weights_give_logits_of_order_one_to_ten() {
             argmaxes.insert(best);
         }
         let std = (sum_sq / (tokens * v) as f64).sqrt();
-        assert!((1.0..10.0).contains(&std), "{name}: logit std {std}");
+        assert!((0.7..3.0).contains(&std), "{name}: logit std {std}");
         assert!(max_abs < 60.0, "{name}: largest logit {max_abs}");
         assert!(
             argmaxes.len() > tokens / 2,
@@ -1100,4 +1100,154 @@ fn opens_the_checkpoint_named_by_megaops_checkpoint() {
         specs.len(),
         ckpt.total_bytes()
     );
+}
+
+/// A plain f64 forward pass of a Qwen3 / Llama model (the transformers definition: RMSNorm,
+/// q/k norms per head for Qwen3, rotate-half RoPE, causal GQA attention, SwiGLU MLP), used
+/// to check what random weights make a model do. Returns the last position's logits.
+fn reference_logits(config: &Config, w: &dyn WeightSource, tokens: &[u32]) -> Vec<f64> {
+    let get =
+        |name: &str, shape: &[usize]| -> Vec<f64> { w.get(name, shape).unwrap().iter().map(|x| x.to_f64()).collect() };
+    let (h, i, v, d) = (
+        config.hidden_size,
+        config.intermediate_size,
+        config.vocab_size,
+        config.head_dim(),
+    );
+    let (hq, hkv, eps) = (config.num_attention_heads, config.num_kv_heads(), config.rms_norm_eps);
+    let qwen3 = config.architecture().unwrap() == megaops_models::Architecture::Qwen3;
+    let inv_freq =
+        megaops_kernels::rope::RopeTable::inv_freq(d, config.rope_base(), config.rope_scaling_kind().unwrap());
+    let norm = |x: &[f64], g: &[f64]| -> Vec<f64> {
+        let rms = (x.iter().map(|a| a * a).sum::<f64>() / x.len() as f64 + eps).sqrt();
+        x.iter().zip(g).map(|(a, g)| a / rms * g).collect()
+    };
+    // y = W x for W [rows, cols].
+    let matvec = |m: &[f64], x: &[f64]| -> Vec<f64> {
+        m.chunks_exact(x.len())
+            .map(|r| r.iter().zip(x).map(|(a, b)| a * b).sum())
+            .collect()
+    };
+    let rope = |x: &mut [f64], pos: usize| {
+        for j in 0..d / 2 {
+            let (s, c) = (pos as f64 * inv_freq[j]).sin_cos();
+            let (a, b) = (x[j], x[j + d / 2]);
+            (x[j], x[j + d / 2]) = (a * c - b * s, b * c + a * s);
+        }
+    };
+    let embed = get("model.embed_tokens.weight", &[v, h]);
+    let mut xs: Vec<Vec<f64>> = tokens
+        .iter()
+        .map(|&t| embed[t as usize * h..(t as usize + 1) * h].to_vec())
+        .collect();
+    for l in 0..config.num_hidden_layers {
+        let p = |n: &str| format!("model.layers.{l}.{n}");
+        let (wq, wk, wv) = (
+            get(&p("self_attn.q_proj.weight"), &[hq * d, h]),
+            get(&p("self_attn.k_proj.weight"), &[hkv * d, h]),
+            get(&p("self_attn.v_proj.weight"), &[hkv * d, h]),
+        );
+        let wo = get(&p("self_attn.o_proj.weight"), &[h, hq * d]);
+        let (qn, kn) = if qwen3 {
+            (
+                get(&p("self_attn.q_norm.weight"), &[d]),
+                get(&p("self_attn.k_norm.weight"), &[d]),
+            )
+        } else {
+            (vec![], vec![])
+        };
+        let g1 = get(&p("input_layernorm.weight"), &[h]);
+        let g2 = get(&p("post_attention_layernorm.weight"), &[h]);
+        let (wg, wu, wd) = (
+            get(&p("mlp.gate_proj.weight"), &[i, h]),
+            get(&p("mlp.up_proj.weight"), &[i, h]),
+            get(&p("mlp.down_proj.weight"), &[h, i]),
+        );
+        let mut qs = vec![];
+        let mut ks = vec![];
+        let mut vs = vec![];
+        for (pos, x) in xs.iter().enumerate() {
+            let y = norm(x, &g1);
+            let (mut q, mut k) = (matvec(&wq, &y), matvec(&wk, &y));
+            for (heads, t, g) in [(hq, &mut q, &qn), (hkv, &mut k, &kn)] {
+                for head in t.chunks_exact_mut(d).take(heads) {
+                    if qwen3 {
+                        let normed = norm(head, g);
+                        head.copy_from_slice(&normed);
+                    }
+                    rope(head, pos);
+                }
+            }
+            qs.push(q);
+            ks.push(k);
+            vs.push(matvec(&wv, &y));
+        }
+        for pos in 0..xs.len() {
+            let mut attn = vec![0.0; hq * d];
+            for head in 0..hq {
+                let kvh = head / (hq / hkv);
+                let q = &qs[pos][head * d..(head + 1) * d];
+                let scores: Vec<f64> = (0..=pos)
+                    .map(|t| {
+                        q.iter()
+                            .zip(&ks[t][kvh * d..(kvh + 1) * d])
+                            .map(|(a, b)| a * b)
+                            .sum::<f64>()
+                            / (d as f64).sqrt()
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for (t, p) in e.iter().enumerate() {
+                    for j in 0..d {
+                        attn[head * d + j] += p / z * vs[t][kvh * d + j];
+                    }
+                }
+            }
+            let o = matvec(&wo, &attn);
+            let x = &mut xs[pos];
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            let y = norm(x, &g2);
+            let (g, u) = (matvec(&wg, &y), matvec(&wu, &y));
+            let act: Vec<f64> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+            let down = matvec(&wd, &act);
+            x.iter_mut().zip(&down).for_each(|(a, b)| *a += b);
+        }
+    }
+    let last = norm(xs.last().unwrap(), &get("model.norm.weight", &[h]));
+    let head = if config.tie_word_embeddings {
+        embed
+    } else {
+        get("lm_head.weight", &[v, h])
+    };
+    matvec(&head, &last)
+}
+
+/// Greedy decoding of the random tiny models (through the f64 reference above) gives
+/// varied tokens with logits of order 1, not one token repeated.
+#[test]
+fn random_tiny_models_decode_varied_greedy_tokens() {
+    for name in ["tiny", "tiny-llama"] {
+        let config = preset(name).unwrap();
+        let w = RandomWeights::new(config.clone(), 0);
+        let mut tokens = vec![1, 2, 3];
+        let mut spread = vec![];
+        for _ in 0..12 {
+            let logits = reference_logits(&config, &w, &tokens);
+            let mean = logits.iter().sum::<f64>() / logits.len() as f64;
+            spread.push((logits.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / logits.len() as f64).sqrt());
+            let best = (0..logits.len())
+                .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
+                .unwrap();
+            tokens.push(best as u32);
+        }
+        let generated: std::collections::BTreeSet<u32> = tokens[3..].iter().copied().collect();
+        eprintln!("{name}: greedy tokens {:?}, logit std {spread:.2?}", &tokens[3..]);
+        assert!(generated.len() >= 4, "{name}: greedy tokens {:?}", &tokens[3..]);
+        assert!(
+            spread.iter().all(|s| (0.5..5.0).contains(s)),
+            "{name}: logit std {spread:?}"
+        );
+    }
 }
