@@ -2,7 +2,9 @@
 # Runs, on a GPU machine, every GPU test (tests whose name contains "gpu") of the bundle
 # made by scripts/gpu-bundle.sh, the Figure 1 example and the benchmark suites, each under
 # its own timeout. Full logs go to $OUT (default ./gpu-out); a short summary is printed
-# last. Usage: [TESTS="bin ..."] gpu-run.sh [tests|bench|all] [suite:seconds ...]
+# last. Usage: [TESTS="bin ..."] gpu-run.sh [tests|bench|all|engine] [suite:seconds ...]
+#   engine: TESTS' GPU tests beside bench/hf_compare.py (HF_ARGS, HF_TIMEOUT), then
+#   end-to-end generations of E2E_PRESETS overlapped and with --no-overlap.
 #   default suites: overlap:50 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30
 #   MEGAOPS_BENCH_BUDGET_S (default 25 here) caps the suites that stop adding shapes.
 set -u
@@ -34,6 +36,29 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   fi
   echo "tests done at +$(( $(date +%s) - t0 ))s" >> "$summary"
   cat "$OUT"/tests/*.log > "$OUT/tests.log"; rm -rf "$OUT/tests"
+fi
+if [ "$what" = engine ]; then
+  # The model engine: GPU tests named in $TESTS (test binaries, filter "gpu") beside the
+  # transformers comparison, then end-to-end generations of presets, overlapped and not.
+  mkdir -p "$OUT/engine"
+  for t in ${TESTS:-}; do
+    timeout -k 5 "${TEST_TIMEOUT:-150}" "tests/$t" gpu --test-threads=1 > "$OUT/engine/test-$t.log" 2>&1 &
+  done
+  PYTHONUNBUFFERED=1 timeout -k 5 "${HF_TIMEOUT:-300}" python3 hf_compare.py --megaops ./megaops \
+    --out "$OUT/hf" --controls none ${HF_ARGS:-} > "$OUT/hf.log" 2>&1
+  echo "hf_compare: rc=$? at +$(( $(date +%s) - t0 ))s" >> "$summary"
+  wait
+  for t in ${TESTS:-}; do echo "test $t: $(grep -a "test result" "$OUT/engine/test-$t.log" | tail -1)" >> "$summary"; done
+  prompt=$(seq -s, 1 128)
+  for p in ${E2E_PRESETS:-qwen3-0.6b llama-3.2-1b}; do
+    for mode in overlap serial; do
+      flag=; [ "$mode" = serial ] && flag=--no-overlap
+      timeout -k 5 90 ./megaops generate --preset "$p" --prompt-ids "$prompt" --max-new-tokens 64 --ignore-eos --json $flag \
+        > "$OUT/engine/$p-$mode.json" 2> "$OUT/engine/$p-$mode.err"
+      echo "e2e $p $mode: rc=$? $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("prefill_ms=%.2f decode_ms_per_step=%.4f tokens=%s" % (d["prefill_ms"], d["decode_ms_per_step"], d["tokens"][0][:8]))' "$OUT/engine/$p-$mode.json" 2>&1 | tail -1)" >> "$summary"
+    done
+  done
+  grep -a -E "B=[0-9]+ P=|OVERALL|!!|\[time\]" "$OUT/hf.log" | tail -n 60 >> "$summary"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   for st in "${suites[@]}"; do
