@@ -33,6 +33,8 @@ fn open(args: &ModelArgs) -> Result<Source> {
     match (&args.model, &args.preset) {
         (Some(dir), _) => {
             let ckpt = Checkpoint::open(dir)?;
+            // Every tensor's presence, shape and dtype, before any device work.
+            ckpt.check_tensors()?;
             let tokenizer = Tokenizer::from_dir(dir)?;
             Ok(Source {
                 name: dir.display().to_string(),
@@ -255,7 +257,11 @@ fn run_info(i: Info) -> Result<()> {
         c.vocab_size
     );
     println!("tied embedding {}", c.tie_word_embeddings);
-    println!("weights        {:.3} GB (a decode step reads {:.3} GB)", c.weight_bytes() as f64 / 1e9, c.step_weight_bytes() as f64 / 1e9);
+    println!(
+        "weights        {:.3} GB (a decode step reads {:.3} GB)",
+        c.weight_bytes() as f64 / 1e9,
+        c.step_weight_bytes() as f64 / 1e9
+    );
     println!(
         "KV cache       {:.1} KB per token; {:.3} GB for {} × {context} tokens",
         c.kv_bytes_per_token() as f64 / 1e3,

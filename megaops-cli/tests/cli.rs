@@ -42,10 +42,23 @@ fn check_fixture(name: &str) {
             .expect("JSON");
     let prompts = dir.join("reference.prompts.json");
     std::fs::write(&prompts, reference["prompts"].to_string()).expect("write prompts");
-    let new = reference["max_new_tokens"].as_u64().expect("max_new_tokens").to_string();
+    let new = reference["max_new_tokens"]
+        .as_u64()
+        .expect("max_new_tokens")
+        .to_string();
     let d = dir.to_str().expect("utf-8 path");
     let p = prompts.to_str().expect("utf-8 path");
-    let out = megaops(&["generate", "--model", d, "--prompt-file", p, "--max-new-tokens", &new, "--ignore-eos", "--json"]);
+    let out = megaops(&[
+        "generate",
+        "--model",
+        d,
+        "--prompt-file",
+        p,
+        "--max-new-tokens",
+        &new,
+        "--ignore-eos",
+        "--json",
+    ]);
     let _ = std::fs::remove_file(&prompts);
     let got = stdout_json(&out);
     let want: Vec<Vec<u64>> = serde_json::from_value(reference["tokens"].clone()).expect("reference tokens");
@@ -64,17 +77,43 @@ fn reproduces_the_transformers_llama_fixture() {
 
 #[test]
 fn generates_with_a_preset_and_says_where_it_runs() {
-    let out = megaops(&["generate", "--preset", "tiny", "--prompt-ids", "1,2,3", "--max-new-tokens", "8", "--ignore-eos", "--json"]);
+    let out = megaops(&[
+        "generate",
+        "--preset",
+        "tiny",
+        "--prompt-ids",
+        "1,2,3",
+        "--max-new-tokens",
+        "8",
+        "--ignore-eos",
+        "--json",
+    ]);
     let v = stdout_json(&out);
     let t = tokens(&v);
     assert_eq!(t.len(), 1);
     assert_eq!(t[0].len(), 8);
     let stderr = String::from_utf8_lossy(&out.stderr);
     if v["backend"] == "cpu" {
-        assert!(stderr.contains("CPU backend"), "says it runs on the CPU backend: {stderr}");
+        assert!(
+            stderr.contains("CPU backend"),
+            "says it runs on the CPU backend: {stderr}"
+        );
     }
     // The same request twice gives the same tokens (seeded weights, greedy).
-    assert_eq!(tokens(&stdout_json(&megaops(&["generate", "--preset", "tiny", "--prompt-ids", "1,2,3", "--max-new-tokens", "8", "--ignore-eos", "--json"]))), t);
+    assert_eq!(
+        tokens(&stdout_json(&megaops(&[
+            "generate",
+            "--preset",
+            "tiny",
+            "--prompt-ids",
+            "1,2,3",
+            "--max-new-tokens",
+            "8",
+            "--ignore-eos",
+            "--json"
+        ]))),
+        t
+    );
 }
 
 fn fails_with(args: &[&str], needle: &str) {
@@ -82,7 +121,10 @@ fn fails_with(args: &[&str], needle: &str) {
     assert!(!out.status.success(), "{args:?} should fail");
     let stderr = String::from_utf8_lossy(&out.stderr);
     let last = stderr.lines().last().unwrap_or_default();
-    assert!(last.starts_with("error: ") && last.contains(needle), "{args:?}: `{stderr}` should end in one error line mentioning `{needle}`");
+    assert!(
+        last.starts_with("error: ") && last.contains(needle),
+        "{args:?}: `{stderr}` should end in one error line mentioning `{needle}`"
+    );
 }
 
 #[test]
@@ -91,8 +133,22 @@ fn bad_input_is_one_error_line() {
     let m = missing.to_str().expect("utf-8");
     fails_with(&["generate", "--model", m, "--prompt-ids", "1"], "config.json");
     fails_with(&["generate", "--preset", "gpt-5", "--prompt-ids", "1"], "gpt-5");
-    fails_with(&["generate", "--preset", "tiny", "--prompt-ids", "1", "--batch", "17"], "batch 17");
-    fails_with(&["generate", "--preset", "tiny", "--prompt-ids", "1", "--max-new-tokens", "600"], "context");
+    fails_with(
+        &["generate", "--preset", "tiny", "--prompt-ids", "1", "--batch", "17"],
+        "batch 17",
+    );
+    fails_with(
+        &[
+            "generate",
+            "--preset",
+            "tiny",
+            "--prompt-ids",
+            "1",
+            "--max-new-tokens",
+            "600",
+        ],
+        "context",
+    );
     fails_with(&["generate", "--preset", "tiny", "--prompt", "hello"], "tokenizer");
     fails_with(&["generate", "--preset", "tiny", "--prompt-ids", "9999"], "vocabulary");
     // An unsupported architecture, from a folder with only a config.
@@ -113,6 +169,9 @@ fn info_reports_sizes() {
     let v = stdout_json(&out);
     assert_eq!(v["architecture"], "Qwen3ForCausalLM");
     let bytes = v["weight_bytes"].as_u64().expect("weight_bytes");
-    assert!((1_150_000_000..1_250_000_000).contains(&bytes), "Qwen3-0.6B has ~0.6 B bf16 parameters: {bytes}");
+    assert!(
+        (1_150_000_000..1_250_000_000).contains(&bytes),
+        "Qwen3-0.6B has ~0.6 B bf16 parameters: {bytes}"
+    );
     assert_eq!(v["kv_bytes_per_token"], 28 * 2 * 2 * 8 * 128);
 }

@@ -76,14 +76,20 @@ pub fn check_request(c: &Config, prompts: &[Vec<u32>], opts: &GenerateOptions) -
         return bad("no prompt".into());
     }
     if prompts.len() > MAX_BATCH {
-        return bad(format!("batch {} is larger than {MAX_BATCH}, the most a decode step serves", prompts.len()));
+        return bad(format!(
+            "batch {} is larger than {MAX_BATCH}, the most a decode step serves",
+            prompts.len()
+        ));
     }
     let seq = prompts[0].len();
     if seq == 0 {
         return bad("an empty prompt".into());
     }
     if let Some((b, p)) = prompts.iter().enumerate().find(|(_, p)| p.len() != seq) {
-        return bad(format!("prompts must have equal lengths: prompt 0 has {seq} tokens, prompt {b} has {}", p.len()));
+        return bad(format!(
+            "prompts must have equal lengths: prompt 0 has {seq} tokens, prompt {b} has {}",
+            p.len()
+        ));
     }
     if let Some(id) = prompts.iter().flatten().find(|&&id| id as usize >= c.vocab_size) {
         return bad(format!("token id {id} is outside the vocabulary of {}", c.vocab_size));
@@ -100,14 +106,24 @@ pub fn check_request(c: &Config, prompts: &[Vec<u32>], opts: &GenerateOptions) -
     }
     if let Some(force) = &opts.force_tokens {
         if force.len() != prompts.len() {
-            return bad(format!("forced tokens for {} sequences, batch is {}", force.len(), prompts.len()));
+            return bad(format!(
+                "forced tokens for {} sequences, batch is {}",
+                force.len(),
+                prompts.len()
+            ));
         }
         let need = opts.max_new_tokens - 1;
         if let Some((b, f)) = force.iter().enumerate().find(|(_, f)| f.len() < need) {
-            return bad(format!("sequence {b} has {} forced tokens, {need} decode steps need one each", f.len()));
+            return bad(format!(
+                "sequence {b} has {} forced tokens, {need} decode steps need one each",
+                f.len()
+            ));
         }
         if let Some(id) = force.iter().flatten().find(|&&id| id as usize >= c.vocab_size) {
-            return bad(format!("forced token id {id} is outside the vocabulary of {}", c.vocab_size));
+            return bad(format!(
+                "forced token id {id} is outside the vocabulary of {}",
+                c.vocab_size
+            ));
         }
     }
     Ok(())
@@ -242,7 +258,10 @@ pub fn generate(
         let mut captured = Err(ModelError::Request("capture did not run".into()));
         let g = on.capture(|s| {
             captured = body(s, &mut st, &mut pass);
-            captured.as_ref().map(|_| ()).map_err(|e| megaops::Error::Invalid(e.to_string()))
+            captured
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| megaops::Error::Invalid(e.to_string()))
         });
         captured?;
         let g = g?;

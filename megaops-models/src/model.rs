@@ -159,17 +159,33 @@ impl Model {
         let c = &self.config;
         let (m, h, v) = (pass.m as u32, c.hidden_size as u32, c.vocab_size as u32);
         if ids.numel() != pass.m {
-            return Err(ModelError::Request(format!("{} token ids for a pass of {m} rows", ids.numel())));
+            return Err(ModelError::Request(format!(
+                "{} token ids for a pass of {m} rows",
+                ids.numel()
+            )));
         }
         pass.x.rearm();
         let emb_config = if pass.m <= DECODE_MAX_M { 0 } else { 1 };
-        embedding::launch_with(on, &LaunchOptions::config(emb_config), ids, &self.embed, &mut pass.x, m, v, h)?;
+        embedding::launch_with(
+            on,
+            &LaunchOptions::config(emb_config),
+            ids,
+            &self.embed,
+            &mut pass.x,
+            m,
+            v,
+            h,
+        )?;
         for (l, (layer, cache)) in self.layers.iter().zip(caches.iter_mut()).enumerate() {
             if l == 0 {
                 layer.forward(on, &pass.x, None, cache, pos, &mut pass.sets[0])?;
             } else {
                 let (a, b) = pass.sets.split_at_mut(1);
-                let (acts, prev) = if l % 2 == 0 { (&mut a[0], &b[0]) } else { (&mut b[0], &a[0]) };
+                let (acts, prev) = if l % 2 == 0 {
+                    (&mut a[0], &b[0])
+                } else {
+                    (&mut b[0], &a[0])
+                };
                 layer.forward(on, prev.output(), Some(prev.residual()), cache, pos, acts)?;
             }
         }
@@ -195,7 +211,12 @@ impl Model {
 impl CausalLm {
     /// Loads the model of `config` and its LM head (`lm_head.weight`, or the embedding
     /// when `tie_word_embeddings`) from `weights` onto `device`.
-    pub fn load(device: &Device, config: &Config, weights: &dyn WeightSource, progress: Progress<'_>) -> Result<CausalLm> {
+    pub fn load(
+        device: &Device,
+        config: &Config,
+        weights: &dyn WeightSource,
+        progress: Progress<'_>,
+    ) -> Result<CausalLm> {
         let model = Model::load(device, config, weights, progress)?;
         let lm_head = if config.tie_word_embeddings {
             None
@@ -315,15 +336,20 @@ impl Pass {
         let c = lm.config();
         let m = batch * seq;
         if batch == 0 || seq == 0 || m > u32::MAX as usize {
-            return Err(ModelError::Request(format!("a pass of {batch} sequences × {seq} tokens")));
+            return Err(ModelError::Request(format!(
+                "a pass of {batch} sequences × {seq} tokens"
+            )));
         }
         if kind == AttentionKind::Decode && seq != 1 {
             return Err(ModelError::Request("a decode pass has one token per sequence".into()));
         }
         let dims = lm.model.dims;
-        let mlp = lm.model.layers.first().map(|l| l.mlp().config()).ok_or_else(|| {
-            ModelError::Config("the model has no layers".into())
-        })?;
+        let mlp = lm
+            .model
+            .layers
+            .first()
+            .map(|l| l.mlp().config())
+            .ok_or_else(|| ModelError::Config("the model has no layers".into()))?;
         let h = c.hidden_size;
         let rows = |n: usize, name: &str| -> Result<Tiled<bf16, DynRows>> {
             Ok(Tiled::new(device, &[n, h], DynRows(row_tile(n)), name)?)

@@ -77,7 +77,11 @@ fn check_against_reference(name: &str, prompts: Vec<Vec<u32>>, new: usize, on: i
                 .fold(0.0, f64::max);
             // The prefill attention kernel rounds the softmax weights to bf16 for its P·V
             // tensor-core product (as flash attention does); the reference does not.
-            let tol = if t == 0 && prompts.len() * prompts[0].len() > 16 { 0.05 } else { 0.03 };
+            let tol = if t == 0 && prompts.len() * prompts[0].len() > 16 {
+                0.05
+            } else {
+                0.03
+            };
             assert!(
                 err <= tol * std + 1e-3,
                 "{name}: step {t} sequence {b}: max |Δlogit| {err:.4} against a spread of {std:.4}"
@@ -86,7 +90,8 @@ fn check_against_reference(name: &str, prompts: Vec<Vec<u32>>, new: usize, on: i
             sorted.sort_by(|a, b| b.total_cmp(a));
             if sorted[0] - sorted[1] > 0.1 * std {
                 assert_eq!(
-                    out.tokens[b][t], want_tokens[b][t],
+                    out.tokens[b][t],
+                    want_tokens[b][t],
                     "{name}: step {t} sequence {b}: token (margin {:.3})",
                     sorted[0] - sorted[1]
                 );
@@ -105,7 +110,10 @@ fn tiny_qwen3_decode_path_matches_the_reference() {
 #[test]
 fn tiny_llama_prefill_gemm_path_matches_the_reference() {
     // 2 × 12 prompt rows take the GEMM path of the prefill; llama3 RoPE, group 3, untied.
-    let prompts = vec![(0..12).map(|i| (i * 37 + 5) % 331).collect(), (0..12).map(|i| (i * 11 + 300) % 331).collect()];
+    let prompts = vec![
+        (0..12).map(|i| (i * 37 + 5) % 331).collect(),
+        (0..12).map(|i| (i * 11 + 300) % 331).collect(),
+    ];
     check_against_reference("tiny-llama", prompts, 3, |d| AsyncStream::new(d, 3).expect("stream"));
 }
 
@@ -135,7 +143,10 @@ fn overlapped_serial_graph_and_eager_generations_agree() {
     let c = run(AsyncStream::new(&dev, 3).expect("stream"), false);
     assert_eq!(a.tokens, b.tokens);
     assert_eq!(a.tokens, c.tokens);
-    assert_eq!(a.logits, b.logits, "the same kernels give the same bits with and without overlap");
+    assert_eq!(
+        a.logits, b.logits,
+        "the same kernels give the same bits with and without overlap"
+    );
     assert_eq!(a.logits, c.logits, "graph replays give the eager step's bits");
     assert_eq!(a.decode_steps, 5);
 }
@@ -147,12 +158,13 @@ fn bad_requests_fail_before_any_device_work() {
         max_new_tokens: 4,
         ..GenerateOptions::default()
     };
-    let check = |prompts: Vec<Vec<u32>>, opts: &GenerateOptions, needle: &str| {
-        match megaops_models::generate::check_request(&config, &prompts, opts) {
+    let check =
+        |prompts: Vec<Vec<u32>>, opts: &GenerateOptions, needle: &str| match megaops_models::generate::check_request(
+            &config, &prompts, opts,
+        ) {
             Err(ModelError::Request(m)) => assert!(m.contains(needle), "`{m}` should mention `{needle}`"),
             other => panic!("expected a request error mentioning `{needle}`, got {other:?}"),
-        }
-    };
+        };
     check(vec![], &opts, "no prompt");
     check(vec![vec![1]; 17], &opts, "batch 17");
     check(vec![vec![1, 2], vec![1]], &opts, "equal lengths");

@@ -97,7 +97,11 @@ impl KvCache {
         }
         let make = |what: &str| -> Result<Tiled<bf16, DynRows>> {
             let t = Tensor::zeros(device, &[rows, dims.kv_dim()])?;
-            Ok(Tiled::complete(t, DynRows(rows as u32), &format!("layers.{layer}.{what}_cache"))?)
+            Ok(Tiled::complete(
+                t,
+                DynRows(rows as u32),
+                &format!("layers.{layer}.{what}_cache"),
+            )?)
         };
         Ok(KvCache {
             k: make("k")?,
@@ -432,7 +436,11 @@ impl AttentionActivations {
             ws_qkv: split_ws(dims.qkv_dim())?,
             ws_o: split_ws(dims.hidden)?,
             decode_ws,
-            release: if gemv { ReleaseNext::FirstCta } else { ReleaseNext::LastCta },
+            release: if gemv {
+                ReleaseNext::FirstCta
+            } else {
+                ReleaseNext::LastCta
+            },
         })
     }
 

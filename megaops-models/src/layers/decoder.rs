@@ -140,7 +140,12 @@ impl LayerActivations {
         name: &str,
     ) -> Result<LayerActivations> {
         let rows = |what: &str| -> Result<Tiled<bf16, DynRows>> {
-            Ok(Tiled::new(device, &[m, dims.hidden], DynRows(row_tile(m)), &format!("{name}.{what}"))?)
+            Ok(Tiled::new(
+                device,
+                &[m, dims.hidden],
+                DynRows(row_tile(m)),
+                &format!("{name}.{what}"),
+            )?)
         };
         Ok(LayerActivations {
             m,

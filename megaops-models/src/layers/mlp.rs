@@ -317,7 +317,8 @@ impl Mlp {
         }
         if stage == 0 {
             let c = self.config;
-            let opts = LaunchOptions::config(if acts.path == MlpPath::Decode { 0 } else { 1 }).release_next(acts.release);
+            let opts =
+                LaunchOptions::config(if acts.path == MlpPath::Decode { 0 } else { 1 }).release_next(acts.release);
             acts.xn.rearm();
             rmsnorm::launch_with(
                 on,

@@ -70,6 +70,9 @@ struct Layer {
     down: Linear,
 }
 
+/// One layer's cached keys and values of one sequence, a row of `hkv · D` per position.
+type LayerCache = (Vec<Vec<f64>>, Vec<Vec<f64>>);
+
 /// The reference model and, per sequence, its KV cache.
 pub struct Reference {
     c: Config,
@@ -78,8 +81,8 @@ pub struct Reference {
     norm: Vec<f64>,
     head: Linear,
     rope: RopeTable,
-    /// `[seq][layer]` → (keys, values) per position, each `hkv · D`.
-    caches: Vec<Vec<(Vec<Vec<f64>>, Vec<Vec<f64>>)>>,
+    /// `[seq][layer]`: the keys and values of every cached position.
+    caches: Vec<Vec<LayerCache>>,
 }
 
 impl Reference {
@@ -106,7 +109,11 @@ impl Reference {
             })
             .collect();
         let embed_name = "model.embed_tokens.weight";
-        let head_name = if c.tie_word_embeddings { embed_name } else { "lm_head.weight" };
+        let head_name = if c.tie_word_embeddings {
+            embed_name
+        } else {
+            "lm_head.weight"
+        };
         Reference {
             c: c.clone(),
             embed: Linear::get(src, embed_name, c.vocab_size, h).w,
@@ -126,7 +133,11 @@ impl Reference {
         (0..d)
             .map(|j| {
                 let (c, s) = (row[j % half] as f64, row[half + j % half] as f64);
-                if j < half { x[j] * c - x[j + half] * s } else { x[j] * c + x[j - half] * s }
+                if j < half {
+                    x[j] * c - x[j + half] * s
+                } else {
+                    x[j] * c + x[j - half] * s
+                }
             })
             .collect()
     }
@@ -189,13 +200,18 @@ impl Reference {
                         let g = j / (hq / hkv);
                         let scores: Vec<f64> = ks
                             .iter()
-                            .map(|kr| qj.iter().zip(&kr[g * d..(g + 1) * d]).map(|(a, b)| a * b).sum::<f64>() / (d as f64).sqrt())
+                            .map(|kr| {
+                                qj.iter().zip(&kr[g * d..(g + 1) * d]).map(|(a, b)| a * b).sum::<f64>()
+                                    / (d as f64).sqrt()
+                            })
                             .collect();
                         let mx = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                         let e: Vec<f64> = scores.iter().map(|s| (s - mx).exp()).collect();
                         let z: f64 = e.iter().sum();
                         for i in 0..d {
-                            attn.push(round(e.iter().zip(vs).map(|(p, vr)| p * vr[g * d + i]).sum::<f64>() / z));
+                            attn.push(round(
+                                e.iter().zip(vs).map(|(p, vr)| p * vr[g * d + i]).sum::<f64>() / z,
+                            ));
                         }
                     }
                     let o: Vec<f64> = layer.o.apply(&attn).into_iter().map(round).collect();
