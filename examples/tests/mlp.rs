@@ -383,10 +383,8 @@ fn gpu_model_shapes(test: &str, ms: &[usize]) -> Result<()> {
         return Ok(());
     };
     let seed = fresh_seed(test);
-    for (model, cfg) in [
-        ("Qwen3-0.6B", MlpConfig::QWEN3_0_6B),
-        ("Llama-3.2-1B", MlpConfig::LLAMA_3_2_1B),
-    ] {
+    for (model, preset) in [("Qwen3-0.6B", "qwen3-0.6b"), ("Llama-3.2-1B", "llama-3.2-1b")] {
+        let cfg = MlpConfig::of(&megaops_models::presets::preset(preset).expect("a preset"));
         let mlp = Mlp::random(&dev, cfg, seed ^ cfg.inter as u64)?;
         for &m in ms {
             let rows = rows_to_check(m, seed ^ m as u64);

@@ -40,12 +40,17 @@ const POOL_BYTES: usize = 16 * 16384 * 8 * 128 * 2;
 /// Rotate inputs until one replay has touched at least this many bytes (> 2 × L2).
 const ROTATE_BYTES: usize = 160 << 20;
 
-/// (model, hq, hkv, D).
-const MODELS: [(&str, usize, usize, usize); 3] = [
-    ("Qwen3-8B", 32, 8, 128),
-    ("Qwen3-1.7B", 16, 8, 128),
-    ("Llama-3.2-1B", 32, 8, 64),
-];
+/// (model, hq, hkv, D) of the presets the suite times.
+fn models() -> Vec<(&'static str, usize, usize, usize)> {
+    crate::models::shapes(&[
+        ("Qwen3-8B", "qwen3-8b"),
+        ("Qwen3-1.7B", "qwen3-1.7b"),
+        ("Llama-3.2-1B", "llama-3.2-1b"),
+    ])
+    .iter()
+    .map(|m| (m.name, m.hq, m.hkv, m.head_dim))
+    .collect()
+}
 
 /// Runs the suite; errors are printed.
 pub fn run(out: Option<&Path>, quick: bool) {
@@ -141,7 +146,7 @@ fn decode_table(suite: &Suite) -> Result<Table> {
             "best splits",
         ],
     );
-    for (model, hq, hkv, d) in MODELS {
+    for (model, hq, hkv, d) in models() {
         for batch in [1usize, 4, 16] {
             for ctx in [1024usize, 4096, 16384] {
                 if suite.over_budget() {
@@ -251,7 +256,7 @@ fn prefill_table(suite: &Suite) -> Result<Table> {
         "Prefill attention (MegaOps causal flash attention, mma.sync)",
         &["model", "seq", "config", "CTA order", "µs", "TFLOP/s"],
     );
-    for (model, hq, hkv, d) in MODELS {
+    for (model, hq, hkv, d) in models() {
         for seq in [1024usize, 4096] {
             let configs = (0..prefill_attention::CONFIGS.len()).filter(|&c| prefill::CONFIG_SHAPES[c].0 == d as u32);
             for config in configs {

@@ -44,13 +44,13 @@ impl Shape {
     }
 }
 
-/// (model, hidden, intermediate, q width, kv width).
-const MODELS: [(&str, usize, usize, usize, usize); 4] = [
-    ("Qwen3-0.6B", 1024, 3072, 16 * 128, 8 * 128),
-    ("Qwen3-1.7B", 2048, 6144, 16 * 128, 8 * 128),
-    ("Qwen3-8B", 4096, 12288, 32 * 128, 8 * 128),
-    ("Llama-3.2-1B", 2048, 8192, 32 * 64, 8 * 64),
-];
+/// (model, hidden, intermediate, q width, kv width) of the presets the suite times.
+fn models() -> Vec<(&'static str, usize, usize, usize, usize)> {
+    crate::models::shapes(&crate::models::LINEAR_MODELS)
+        .iter()
+        .map(|m| (m.name, m.hidden, m.inter, m.q(), m.kv()))
+        .collect()
+}
 
 /// The Linear layers of one model as (name, n, k).
 fn linears(h: usize, inter: usize, q: usize, kv: usize) -> [(&'static str, usize, usize); 4] {
@@ -72,7 +72,7 @@ fn nt_shapes() -> Vec<Shape> {
         k: 4096,
     }];
     for m in [4096, 1024, 8192] {
-        for (model, h, inter, q, kv) in MODELS {
+        for (model, h, inter, q, kv) in models() {
             for (name, n, k) in linears(h, inter, q, kv) {
                 if !v.iter().any(|s| (s.m, s.n, s.k) == (m, n, k)) {
                     v.push(Shape {
@@ -96,7 +96,9 @@ fn nn_shapes() -> Vec<Shape> {
         n: 4096,
         k: 4096,
     }];
-    let (model, h, inter, q, kv) = MODELS[2];
+    let Some(&(model, h, inter, q, kv)) = models().get(2) else {
+        return Vec::new();
+    };
     for (name, n, k) in linears(h, inter, q, kv) {
         v.push(Shape {
             label: format!("{model} {name}"),

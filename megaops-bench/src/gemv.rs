@@ -32,13 +32,13 @@ const ROTATION_BYTES: usize = 160 << 20;
 /// GPU time one graph replay aims for.
 const REPLAY_TARGET_US: f64 = 1000.0;
 
-/// (model, hidden, intermediate, q width, kv width, vocab).
-const MODELS: [(&str, usize, usize, usize, usize, usize); 4] = [
-    ("Qwen3-0.6B", 1024, 3072, 16 * 128, 8 * 128, 151_936),
-    ("Qwen3-1.7B", 2048, 6144, 16 * 128, 8 * 128, 151_936),
-    ("Qwen3-8B", 4096, 12288, 32 * 128, 8 * 128, 151_936),
-    ("Llama-3.2-1B", 2048, 8192, 32 * 64, 8 * 64, 128_256),
-];
+/// (model, hidden, intermediate, q width, kv width, vocab) of the presets the suite times.
+fn models() -> Vec<(&'static str, usize, usize, usize, usize, usize)> {
+    crate::models::shapes(&crate::models::LINEAR_MODELS)
+        .iter()
+        .map(|m| (m.name, m.hidden, m.inter, m.q(), m.kv(), m.vocab))
+        .collect()
+}
 
 /// What one row times.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -312,7 +312,7 @@ fn shapes_table(suite: &mut Suite, out: Option<&Path>, start: Instant, budget: f
     let ms: &[usize] = if quick { &[1, 16] } else { &[1, 4, 8, 16] };
     let mut ratios = Vec::new();
     'shapes: for &m in ms {
-        for (model, h, inter, q, kv, _) in MODELS {
+        for (model, h, inter, q, kv, _) in models() {
             for s in model_shapes(model, h, inter, q, kv, m) {
                 if start.elapsed().as_secs_f64() > budget {
                     eprintln!("gemv suite: time budget reached at {} m={m}", s.label);
@@ -444,7 +444,7 @@ fn layer_table(suite: &mut Suite, out: Option<&Path>, quick: bool) -> Result<()>
             "vs cuBLAS",
         ],
     );
-    for (model, h, inter, q, kv, _) in MODELS {
+    for (model, h, inter, q, kv, _) in models() {
         for m in if quick { vec![1] } else { vec![1, 16] } {
             let shapes = model_shapes(model, h, inter, q, kv, m);
             // QKV, o, gate+up+silu, down (ours); QKV, o, gate+up, down (cuBLAS).
@@ -542,7 +542,10 @@ fn head_table(suite: &mut Suite, out: Option<&Path>) -> Result<()> {
     );
     // The heads that fit the pool (Qwen3-0.6B's tied 151936×1024); the others from a
     // pool-filled tensor of their own.
-    for (model, h, _, _, _, vocab) in [MODELS[0], MODELS[3]] {
+    for (model, h, _, _, _, vocab) in models()
+        .into_iter()
+        .filter(|m| m.0 == "Qwen3-0.6B" || m.0 == "Llama-3.2-1B")
+    {
         for m in [1usize, 16] {
             let built = head_operands(suite, m, vocab, h);
             let Some((x, w, mut logits, y16)) = suite.ok(&format!("{model} head inputs"), built)? else {

@@ -8,6 +8,7 @@ mod gemm;
 mod gemv;
 mod harness;
 mod mlp;
+mod models;
 mod overlap;
 
 use clap::Parser;

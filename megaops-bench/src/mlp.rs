@@ -40,11 +40,22 @@ const BUDGET_S: f64 = 60.0;
 const L2_BYTES: usize = 50 << 20;
 /// Rows timed, decode-like then prefill-like.
 const MS: [usize; 6] = [1, 4, 16, 1024, 4096, 8192];
-/// The models.
-const MODELS: [(&str, MlpConfig); 2] = [
-    ("Qwen3-0.6B", MlpConfig::QWEN3_0_6B),
-    ("Llama-3.2-1B", MlpConfig::LLAMA_3_2_1B),
-];
+/// The models (from the presets).
+fn models() -> Vec<(&'static str, MlpConfig)> {
+    crate::models::shapes(&[("Qwen3-0.6B", "qwen3-0.6b"), ("Llama-3.2-1B", "llama-3.2-1b")])
+        .iter()
+        .map(|m| {
+            (
+                m.name,
+                MlpConfig {
+                    hidden: m.hidden,
+                    inter: m.inter,
+                    eps: m.eps,
+                },
+            )
+        })
+        .collect()
+}
 /// Relative error above which the correctness check reports a failure.
 const TOL: f64 = 1e-2;
 
@@ -97,7 +108,7 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
             "serial forward µs",
         ],
     );
-    'models: for (mi, (model, cfg)) in MODELS.into_iter().enumerate() {
+    'models: for (mi, (model, cfg)) in models().into_iter().enumerate() {
         let sets = (2 * L2_BYTES).div_ceil(cfg.weight_bytes()).max(2);
         let mlps = match (0..sets)
             .map(|i| Mlp::random(&dev, cfg, 0x6d6c70 + 16 * mi as u64 + i as u64))

@@ -566,9 +566,15 @@ fn attention_on_the_gpu_at_model_sizes() -> Result<()> {
     let sms = dev.sm_count();
     // Qwen3-8B (32/8 × 128), Qwen3-1.7B (16/8 × 128), Llama-3.2-1B (32/8 × 64),
     // Llama-3.2-3B (24/8 × 128, G = 3), Qwen3-14B (40/8 × 128, G = 5).
-    for (i, &(hq, hkv, d)) in [(32usize, 8usize, 128usize), (16, 8, 128), (32, 8, 64), (24, 8, 128), (40, 8, 128)]
-        .iter()
-        .enumerate()
+    for (i, &(hq, hkv, d)) in [
+        (32usize, 8usize, 128usize),
+        (16, 8, 128),
+        (32, 8, 64),
+        (24, 8, 128),
+        (40, 8, 128),
+    ]
+    .iter()
+    .enumerate()
     {
         for (batch, max_len) in [(1usize, 4096usize), (4, 1000), (16, 300)] {
             let lens: Vec<u32> = random_ints(batch, 1, max_len as i64 + 1, seed + i as u64)

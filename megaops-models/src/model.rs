@@ -64,11 +64,7 @@ impl Model {
         let dims = AttentionDims::of(config)?;
         let (h, v, d) = (config.hidden_size, config.vocab_size, config.head_dim());
         let embed = upload(device, weights, "model.embed_tokens.weight", &[v, h], progress)?;
-        let mlp = MlpConfig {
-            hidden: h,
-            inter: config.intermediate_size,
-            eps: config.eps(),
-        };
+        let mlp = MlpConfig::of(config);
         let qwen3 = config.architecture()? == Architecture::Qwen3;
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for l in 0..config.num_hidden_layers {

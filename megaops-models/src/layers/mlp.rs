@@ -69,19 +69,14 @@ pub struct MlpConfig {
 }
 
 impl MlpConfig {
-    /// Qwen3-0.6B: hidden 1024, intermediate 3072, `rms_norm_eps` 1e-6.
-    pub const QWEN3_0_6B: MlpConfig = MlpConfig {
-        hidden: 1024,
-        inter: 3072,
-        eps: 1e-6,
-    };
-
-    /// Llama-3.2-1B: hidden 2048, intermediate 8192, `rms_norm_eps` 1e-5.
-    pub const LLAMA_3_2_1B: MlpConfig = MlpConfig {
-        hidden: 2048,
-        inter: 8192,
-        eps: 1e-5,
-    };
+    /// The MLP block of a model's `config.json`.
+    pub fn of(config: &crate::config::Config) -> MlpConfig {
+        MlpConfig {
+            hidden: config.hidden_size,
+            inter: config.intermediate_size,
+            eps: config.eps(),
+        }
+    }
 
     /// A block of the given sizes with `eps = 1e-6`.
     pub fn new(hidden: usize, inter: usize) -> MlpConfig {
