@@ -354,6 +354,7 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
             dims: self.dims.clone(),
             ready: ready_value(epoch),
             producer: producer.map(|p| (p.ktile, p.split)),
+            producer_launch: producer.map(|p| (p.kernel, p.launch_id)),
         }
     }
 
