@@ -544,6 +544,13 @@ impl<'a> KernelLaunch<'a> {
             return Err(self.err("the launch target belongs to another device"));
         }
         let num_tiles: u64 = self.tile_grid.iter().map(|&g| g as u64).product();
+        if let (Some(n), false) = (self.opts.ctas, self.persistent) {
+            return Err(self.err(format!(
+                "`LaunchOptions::ctas({n})` applies to persistent kernels only; this kernel runs one CTA per kernel \
+                 tile ({num_tiles} here): drop `.ctas(..)`, or declare the kernel `persistent` so that each CTA loops \
+                 over tiles"
+            )));
+        }
         let ctas = if self.persistent {
             let want = self.opts.ctas.unwrap_or(self.device.sm_count()).max(1) as u64;
             want.min(num_tiles)

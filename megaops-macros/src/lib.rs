@@ -10,6 +10,7 @@
 //! - `ast`: the typed kernel (parameters, synchronised tensors, configs with their
 //!   constants' types, body statements), every node keeping its spans;
 //! - `valid`: every user error, one function per rule, all collected (`ctxt`);
+//!   `valid_values`: the rules on constant values (tile sizes, threads per CTA);
 //! - `expand/`: `device` (one body generator for the PTX entry and the CPU-backend
 //!   function), `sync` (regions, waits, signals), `launcher` (the host module); it never
 //!   discovers user errors;
@@ -27,6 +28,7 @@ mod fallback;
 mod paths;
 mod text;
 mod valid;
+mod valid_values;
 
 #[cfg(test)]
 mod tests;
