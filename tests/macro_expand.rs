@@ -225,3 +225,46 @@ fn a_missing_config_is_an_error_before_anything_runs() -> Result<()> {
     assert_eq!(coords::CONFIGS[1].entry, "coords__cfg1");
     Ok(())
 }
+
+/// `y[e] = 1` over kernel tiles of `tile` elements, a size only known at launch.
+#[megaops::kernel(block = 32, output(y[n] = [i: tile]))]
+pub unsafe fn ones_by(y: *mut f32, n: u32, tile: u32) {
+    let mut e = i * tile + thread_idx_x();
+    while e < n && e < (i + 1) * tile {
+        // SAFETY: e < n.
+        unsafe { *y.add(e as usize) = 1.0 };
+        e += block_dim_x();
+    }
+}
+
+#[test]
+fn a_kernel_tile_size_of_zero_at_launch_is_an_error_not_a_division_panic() -> Result<()> {
+    let dev = cpu_device(0)?;
+    let s = Stream::new(&dev)?;
+    let mut y = Tensor::<f32>::zeros(&dev, &[10])?;
+    // Before: the launcher divided the grid by the size and panicked.
+    let err = ones_by::launch(&s, &mut y, 10, 0).expect_err("tile 0").to_string();
+    assert!(
+        err.contains("cannot launch `ones_by`: the kernel tile size `tile` of axis `i` is 0"),
+        "{err}"
+    );
+    ones_by::launch(&s, &mut y, 10, 3)?;
+    assert_eq!(y.to_vec()?, vec![1.0; 10]);
+    Ok(())
+}
+
+#[test]
+fn ctas_on_a_kernel_that_is_not_persistent_is_an_error_not_ignored() -> Result<()> {
+    let dev = cpu_device(0)?;
+    let s = Stream::new(&dev)?;
+    let mut out = Tensor::<u32>::zeros(&dev, &[6])?;
+    let mut cta = Tensor::<u32>::zeros(&dev, &[6])?;
+    let err = coords::launch_with(&s, &LaunchOptions::config(0).ctas(2), &mut out, &mut cta, 1, 2)
+        .expect_err("not persistent")
+        .to_string();
+    assert!(
+        err.contains("cannot launch `coords`: `LaunchOptions::ctas(2)` applies to persistent kernels only"),
+        "{err}"
+    );
+    Ok(())
+}

@@ -5,7 +5,8 @@
 //!   (`cargo run --release -p megaops-examples --bin fig1`);
 //! - [`mlp`] (re-exported from `megaops-models`): a SwiGLU MLP block (RMSNorm → gate/up → SiLU·mul → down),
 //!   decode-like (GEMV kernels) and prefill-like (tensor-core GEMM);
-//! - [`protocol`]: test kernels of the protocol itself.
+//! - [`protocol`]: test kernels of the protocol itself;
+//! - [`guide`]: the code of `GUIDE.md`.
 #![cfg_attr(target_arch = "nvptx64", no_std, feature(abi_ptx))]
 
 megaops::kernel_crate!();
@@ -14,4 +15,5 @@ megaops::kernel_crate!();
 pub mod fig1;
 #[cfg(not(target_arch = "nvptx64"))]
 pub use megaops_models::layers::mlp;
+pub mod guide;
 pub mod protocol;

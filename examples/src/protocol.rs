@@ -92,3 +92,44 @@ pub unsafe fn stamp(starts: *mut u32, ns: u64, ctas: u32) {
     }
     spin_for(ns);
 }
+
+/// Writes `value ^ e` into `y[e]`, one 128-element kernel tile per CTA, after spinning
+/// `delay_ns`: the producer of the stale-read probe.
+#[megaops::kernel(block = 128, output(y[n] = [i: 128]))]
+pub unsafe fn stamp_values(y: *mut u32, n: u32, value: u32, delay_ns: u64) {
+    spin_for(delay_ns);
+    let e = i * 128 + thread_idx_x();
+    if e < n {
+        // SAFETY: e < n.
+        unsafe { *y.add(e as usize) = value ^ e };
+    }
+}
+
+/// The memory-model probe for "plain loads after the acquire see the producer's data":
+/// each thread first reads its element of `x` *before* the wait, through a plain load of
+/// the same memory (`x_addr`, the address of `x` passed as a value, so the macro does not
+/// see the read): that can pull a line holding the previous cycle's data into L1. Then the
+/// injected wait (acquire) and a plain load of `x[e]`. Writes both values; a stale read
+/// after the acquire would show up as `seen_after[e]` from the previous cycle.
+#[megaops::kernel(
+    block = 128,
+    input(x[n] = [i: 128]),
+    tensor(seen_before[n]),
+    tensor(seen_after[n]),
+)]
+pub unsafe fn stale_probe(x: *const u32, x_addr: u64, seen_before: *mut u32, seen_after: *mut u32, n: u32) {
+    let e = i * 128 + thread_idx_x();
+    let early = x_addr as *const u32;
+    // SAFETY: `x_addr` is the address of the n-element `x`; e < n.
+    let before = if e < n { unsafe { *early.add(e as usize) } } else { 0 };
+    // The wait for `x` is injected here, before the first statement that mentions it.
+    // SAFETY: e < n.
+    let after = if e < n { unsafe { *x.add(e as usize) } } else { 0 };
+    if e < n {
+        // SAFETY: e < n, the length of both outputs.
+        unsafe {
+            *seen_before.add(e as usize) = before;
+            *seen_after.add(e as usize) = after;
+        }
+    }
+}

@@ -13,9 +13,34 @@
 //! - plain (`ld.global.v4.u32`): cached in L1 and L2;
 //! - `.nc` (`ld.global.nc.v4.u32`): the read-only (texture) path; only for data that no
 //!   thread writes while the kernel runs;
-//! - `.cg` (`ld.global.cg.v4.u32`): L2 only, bypassing L1. Use it (after an acquire) to read
-//!   data another CTA or a concurrently running kernel just produced: L1 is not coherent,
-//!   so a line cached there earlier could be stale.
+//! - `.cg` (`ld.global.cg.v4.u32`): L2 only, bypassing L1.
+//!
+//! # Reading data another kernel produced
+//!
+//! Plain loads are correct for a synchronised input after its wait; `.cg` is not needed
+//! for correctness (it remains a cache-policy choice, e.g. to keep streamed data out of
+//! L1). By the PTX memory model (PTX ISA, "Memory Consistency Model"): the producer's
+//! stores precede its `fence.acq_rel.gpu` + `red.relaxed.gpu` (a release pattern), the
+//! consumer thread's `ld.relaxed.gpu` that observes the signal followed by its own
+//! `fence.acq_rel.gpu` is an acquire pattern that synchronises with it, so the stores
+//! *happen before* every later memory operation of that thread in program order — weak
+//! (plain) loads included, since causality order covers all of them. The hardware keeps
+//! that promise by invalidating the SM's L1 at a GPU-scope acquire, so a line pulled into
+//! L1 before the wait cannot be read stale after it. This holds because the injected wait
+//! is per thread (every thread that reads acquires itself) and is inline assembly with a
+//! memory clobber, so the compiler cannot move the loads above it. It does **not** hold
+//! for:
+//! - `.nc` loads (the read-only path is not coherent with writes made while the kernel
+//!   runs): never use them for a synchronised input;
+//! - loads issued *before* the wait (a `#[prefetch]` statement, a value kept from an
+//!   earlier read): only for data no kernel in flight writes;
+//! - reads through the async proxy (`cp.async.bulk` / TMA) of data written through the
+//!   generic proxy: they need `fence.proxy.async` after the acquire. (`cp.async` without
+//!   `.bulk` is a generic-proxy access and is covered.)
+//!
+//! `examples/tests/memory_model.rs` (`gpu_plain_loads_after_the_acquire_never_read_stale_data`)
+//! stress-tests exactly this on the GPU: every thread loads its element before the wait
+//! (often the previous cycle's value) and again, plainly, after it.
 //!
 //! The pointers are generic pointers to global memory; the device code converts them with
 //! `cvta.to.global.u64` (as CUDA does; `ptxas` folds it).
@@ -83,8 +108,8 @@ ld_global_v4!(
 ld_global_v4!(
     /// Loads 16 bytes from L2, bypassing L1. Emits `ld.global.cg.v4.u32`.
     ///
-    /// For data another CTA or kernel produced (read it after the acquire that
-    /// synchronises with the producer).
+    /// A cache-policy choice: after the acquire that synchronises with a producer, plain
+    /// loads are as correct (see the module docs).
     ld_global_cg_v4_u32, ".cg"
 );
 

@@ -28,6 +28,7 @@ use crate::error::{CudaContext as _, Error, Result};
 use crate::graph::{Graph, GraphBody, SemaphoreRestore};
 use crate::launch::{LaunchTarget, PreparedLaunch, TiledHandle};
 use crate::notes::LaunchNote;
+use crate::order::{self, TargetKey};
 use crate::partition::SmPartition;
 use crate::runtime;
 use crate::stream::{Event, RawStream, Stream};
@@ -46,6 +47,7 @@ pub struct AsyncStream {
     begin_wait: bool,
     flag: Tensor<i32>,
     inner: Mutex<Inner>,
+    key: TargetKey,
 }
 
 /// How an [`AsyncStream`] is built.
@@ -155,6 +157,7 @@ impl AsyncStream {
             begin_wait: opts.begin_wait,
             flag: Tensor::zeros(device, &[1])?,
             inner: Mutex::new(Inner::default()),
+            key: TargetKey::fresh(),
         })
     }
 
@@ -248,11 +251,12 @@ impl AsyncStream {
         drop(inner);
         let (graph_body, buffers) = result?;
         let capture = capture.ok_or_else(|| Error::Invalid("capture state lost".into()))?;
-        // Host state matches the device after a replay: restored semaphores, complete data.
+        // Host state matches the device after a replay (restored semaphores), but the data
+        // exists only once a replay has run: until then eager reads are refused.
         for (h, before) in &capture.touched {
             *lock(&h.state) = TiledState {
                 epoch: before.epoch,
-                phase: Phase::Complete,
+                phase: Phase::Captured,
             };
         }
         let restores = capture
@@ -345,6 +349,16 @@ impl AsyncStream {
         }
     }
 
+    /// Its identity as a launch target (see `order`).
+    pub(crate) fn key(&self) -> TargetKey {
+        self.key
+    }
+
+    /// All of its streams (round-robin ones and the partition's).
+    pub(crate) fn every_stream(&self) -> impl Iterator<Item = &Stream> {
+        self.all_streams()
+    }
+
     /// After a graph replay: the next launch has no previous launch to wait for.
     pub(crate) fn forget_previous_launch(&self) {
         lock(&self.inner).prev = None;
@@ -427,6 +441,17 @@ impl LaunchTarget for AsyncStream {
         };
         let stream = self.stream(s);
         let id = launch.ctx.launch_id;
+        let capturing = inner.capture.is_some();
+        if let Some(why) = launch.unreplayed.first().filter(|_| !capturing) {
+            return Err(Error::Tiling(why.clone()));
+        }
+        if capturing {
+            // A graph cannot wait for work outside it: what other targets still run on
+            // these tensors must be done before the capture records the launch.
+            for e in order::foreign_waits(&launch.uses, self.key) {
+                e.synchronize()?;
+            }
+        }
 
         // Hold the launch until the previous one started a CTA (different stream only).
         let wait = match inner.prev {
@@ -481,11 +506,17 @@ impl LaunchTarget for AsyncStream {
         for e in Self::hazard_waits(&inner, s, &launch) {
             stream.wait_event(&e)?;
         }
+        order::order_on(stream, &launch.uses, self.key)?;
         if let Some((token, ctx)) = wait {
             runtime::wait_begin(stream, &self.flag, token, ctx)?;
         }
         let event = launch.launch_on(stream)?;
         Self::record_hazards(&mut inner, s, &launch, &event);
+        if !capturing {
+            // (An event recorded inside a capture is a graph node, not something another
+            // target could wait for; `Graph::launch` records the replay instead.)
+            order::record(&launch.uses, self.key, &event);
+        }
         inner.prev = Some((s, inner.token, launch.kernel));
         inner.launches += 1;
         Ok(id)
@@ -501,6 +532,8 @@ impl AsyncStream {
                 CpuOp::Launch(l) => {
                     let mut l = (**l).clone();
                     l.ctx.begin_flag = std::ptr::null_mut();
+                    // The replay is what produces the captured tensors it reads.
+                    l.unreplayed.clear();
                     self.submit(l)?;
                 }
                 CpuOp::Fill { buffer, words, value } => {

@@ -256,8 +256,18 @@ impl Device {
                     .iter()
                     .map(|w| notes.describe_wait(&w.site, w.value))
                     .collect();
+                let producers =
+                    notes.expected_producers(report.waits.iter().map(|w| (w.site.launch_id, w.site.tensor_id)));
                 drop(notes);
-                let mut headline = format!("CPU backend: {report}");
+                // The producers go on the headline's first line, before the state dump.
+                let report = report.to_string();
+                let (first, rest) = report.split_once('\n').unwrap_or((report.as_str(), ""));
+                let rest = if rest.is_empty() {
+                    String::new()
+                } else {
+                    format!("\n{rest}")
+                };
+                let mut headline = format!("CPU backend: {first}{producers}{rest}");
                 if let Some(note) = self.rearm_tickets() {
                     headline = format!("{headline} {note}");
                 }
@@ -287,8 +297,10 @@ impl Device {
         let notes = self.notes();
         let n = (log.count as usize).min(log.records.len());
         let waits = log.records[..n].iter().map(|r| notes.describe_timeout(r)).collect();
+        let producers = notes.expected_producers(log.records[..n].iter().map(|r| (r.launch_id, r.tensor_id)));
+        drop(notes);
         let mut headline = format!(
-            "{} tile wait(s) timed out (limit {:.1?})",
+            "{} tile wait(s) timed out (limit {:.1?}){producers}",
             log.count,
             self.wait_timeout()
         );

@@ -6,6 +6,7 @@ use crate::buffer::Buffer;
 use crate::device::Device;
 use crate::error::{CudaContext as _, Error, Result};
 use crate::launch::TiledHandle;
+use crate::order::{self, TiledUse};
 use crate::tiled::{Phase, TiledState};
 use megaops_device::sync::EPOCH_STRIDE;
 use std::sync::Arc;
@@ -58,12 +59,26 @@ impl Graph {
     /// Eager launches may run between replays (also on the graph's `Tiled` tensors): after
     /// everything queued on `on`, the semaphores of the tensors the graph produces are set
     /// back to the values its launches were captured against, and once the replay is
-    /// queued those tensors are *complete* on the host side, as after the capture.
+    /// queued those tensors are *complete* on the host side (before the first replay
+    /// they are [`Phase::Captured`]: eager reads are refused). Work on other targets that
+    /// still uses them runs first, and a launch on another target that reads them waits
+    /// for the replay (see [`Tiled`](crate::Tiled)).
     pub fn launch(&self, on: &AsyncStream) -> Result<()> {
         if !on.device().same(&self.device) {
             return Err(Error::Invalid(
                 "a graph replays only on the device it was captured on".into(),
             ));
+        }
+        let uses: Vec<TiledUse> = self
+            .restores
+            .iter()
+            .map(|r| TiledUse {
+                uses: r.handle.uses.clone(),
+                write: true,
+            })
+            .collect();
+        for s in on.every_stream() {
+            order::order_on(s, &uses, on.key())?;
         }
         match &self.body {
             GraphBody::Cuda(g) => {
@@ -77,6 +92,7 @@ impl Graph {
                     on.memset_d32(0, r.handle.sema.addr(), r.value(), r.handle.sema_count)?;
                 }
                 g.launch().ctx(|| "launching a graph".into())?;
+                order::record(&uses, on.key(), &Arc::new(s0.record_marker()?));
                 on.wait_on(s0)?;
             }
             GraphBody::Cpu(ops) => {

@@ -12,6 +12,8 @@ use crate::dtype::{DType, DeviceValue};
 use crate::error::{Error, Result};
 use crate::module::PtxModule;
 use crate::notes::{LaunchNote, TensorNote};
+use crate::order;
+use crate::order::{SharedUses, TiledUse};
 use crate::stream::{RawLaunch, Stream};
 use crate::tensor::Tensor;
 use crate::tiled::{ProducerTiling, Tiled, TiledState};
@@ -183,6 +185,7 @@ pub struct TiledHandle {
     pub(crate) state: Arc<Mutex<TiledState>>,
     pub(crate) sema: Arc<Buffer>,
     pub(crate) sema_count: usize,
+    pub(crate) uses: SharedUses,
 }
 
 /// A launch being assembled by a generated launcher.
@@ -202,6 +205,8 @@ pub struct KernelLaunch<'a> {
     accesses: Vec<Access>,
     tensors: Vec<(u32, TensorNote)>,
     produced: Vec<(TiledHandle, ProducerTiling)>,
+    uses: Vec<TiledUse>,
+    unreplayed: Vec<String>,
 }
 
 /// A checked launch, ready for a [`LaunchTarget`].
@@ -230,6 +235,11 @@ pub struct PreparedLaunch {
     pub produced: Vec<TiledHandle>,
     /// Asked to run on the SM partition.
     pub partition: bool,
+    /// How it uses `Tiled` tensors, for ordering across launch targets.
+    pub(crate) uses: Vec<TiledUse>,
+    /// Why it must not run eagerly: it reads tensors only a not yet replayed graph
+    /// produces (fine inside a capture).
+    pub(crate) unreplayed: Vec<String>,
 }
 
 impl PreparedLaunch {
@@ -298,6 +308,8 @@ impl<'a> KernelLaunch<'a> {
             accesses: Vec::new(),
             tensors: Vec::new(),
             produced: Vec::new(),
+            uses: Vec::new(),
+            unreplayed: Vec::new(),
         }
     }
 
@@ -447,6 +459,8 @@ impl<'a> KernelLaunch<'a> {
         if let Some((id, note)) = b.note {
             self.tensors.push((id, note));
         }
+        self.uses.extend(b.tiled_use);
+        self.unreplayed.extend(b.unreplayed);
         Ok((b.addr, b.sync))
     }
 
@@ -514,6 +528,7 @@ impl<'a> KernelLaunch<'a> {
         if let Some((id, note)) = b.note {
             self.tensors.push((id, note));
         }
+        self.uses.extend(b.tiled_use);
         Ok((b.addr, b.sync))
     }
 
@@ -529,6 +544,13 @@ impl<'a> KernelLaunch<'a> {
             return Err(self.err("the launch target belongs to another device"));
         }
         let num_tiles: u64 = self.tile_grid.iter().map(|&g| g as u64).product();
+        if let (Some(n), false) = (self.opts.ctas, self.persistent) {
+            return Err(self.err(format!(
+                "`LaunchOptions::ctas({n})` applies to persistent kernels only; this kernel runs one CTA per kernel \
+                 tile ({num_tiles} here): drop `.ctas(..)`, or declare the kernel `persistent` so that each CTA loops \
+                 over tiles"
+            )));
+        }
         let ctas = if self.persistent {
             let want = self.opts.ctas.unwrap_or(self.device.sm_count()).max(1) as u64;
             want.min(num_tiles)
@@ -606,6 +628,8 @@ impl<'a> KernelLaunch<'a> {
             accesses: self.accesses,
             produced: self.produced.iter().map(|(h, _)| h.clone()).collect(),
             partition: self.opts.partition,
+            uses: self.uses,
+            unreplayed: self.unreplayed,
         };
         if num_tiles == 0 {
             // Nothing to compute (an empty dimension): no launch; the (empty) outputs
@@ -688,9 +712,14 @@ impl LaunchTarget for Stream {
                 "asked for an SM partition, but a plain Stream has none (use an AsyncStream with one)",
             ));
         }
+        if let Some(why) = launch.unreplayed.first() {
+            return Err(Error::Tiling(why.clone()));
+        }
+        order::order_on(self, &launch.uses, self.key())?;
         let id = launch.ctx.launch_id;
         self.device().notes().insert(id, launch.note.clone());
-        launch.launch_on(self)?;
+        let event = launch.launch_on(self)?;
+        order::record(&launch.uses, self.key(), &event);
         Ok(id)
     }
 }
@@ -714,6 +743,11 @@ pub struct Binding {
     pub(crate) note: Option<(u32, TensorNote)>,
     /// For `Tiled` outputs: the tensor's protocol state.
     pub(crate) tiled: Option<TiledHandle>,
+    /// For `Tiled` tensors: how the launch uses it (ordering across targets).
+    pub(crate) tiled_use: Option<TiledUse>,
+    /// For `Tiled` inputs only a not yet replayed graph produces: why an eager launch
+    /// must not read it.
+    pub(crate) unreplayed: Option<String>,
 }
 
 /// An argument a kernel can read as a synchronised input of element type `T` and rank
@@ -750,6 +784,8 @@ fn plain_binding<T: DType>(t: &Tensor<T>) -> Binding {
         buffers: vec![t.buffer().clone()],
         note: None,
         tiled: None,
+        tiled_use: None,
+        unreplayed: None,
     }
 }
 
@@ -767,7 +803,7 @@ impl<T: DType, R: Rank> AsOutput<T, R> for Tensor<T> {
 
 impl<T: DType, R: Rank, D: DataTiling + TilesRank<R>> AsInput<T, R> for Tiled<T, D> {
     fn bind_input(&self, kernel: &str, param: &str) -> Result<Binding> {
-        let (sync, note) = self.consumer_sync(kernel, param)?;
+        let (sync, note, unreplayed) = self.consumer_sync(kernel, param)?;
         Ok(Binding {
             addr: self.tensor().addr(),
             data: self.tensor().buffer().clone(),
@@ -777,6 +813,8 @@ impl<T: DType, R: Rank, D: DataTiling + TilesRank<R>> AsInput<T, R> for Tiled<T,
             buffers: self.buffers(),
             note: Some((self.id(), note)),
             tiled: None,
+            tiled_use: Some(self.tiled_use(false)),
+            unreplayed,
         })
     }
 }
@@ -797,7 +835,10 @@ impl<T: DType, R: Rank, D: DataTiling + TilesRank<R>> AsOutput<T, R> for Tiled<T
                 state: self.state().clone(),
                 sema: self.semaphores().buffer().clone(),
                 sema_count: self.semaphore_count(),
+                uses: self.tiled_use(true).uses,
             }),
+            tiled_use: Some(self.tiled_use(true)),
+            unreplayed: None,
         })
     }
 }

@@ -17,6 +17,7 @@ mod graph;
 pub mod launch;
 mod module;
 mod notes;
+mod order;
 mod partition;
 mod runtime;
 mod stream;

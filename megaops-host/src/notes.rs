@@ -47,6 +47,8 @@ pub(crate) struct TensorNote {
     pub ready: i32,
     /// The producer's kernel tile per dimension and split factor, if known.
     pub producer: Option<([u32; MAX_RANK], u32)>,
+    /// The producer's kernel and launch id (0: none was launched), if known.
+    pub producer_launch: Option<(&'static str, u32)>,
 }
 
 /// One launch.
@@ -152,6 +154,37 @@ impl LaunchNotes {
         )
     }
 
+    /// For a failure report's headline: the producer each waited-on tensor expects, e.g.
+    /// ``; expected producer: `y` from `matmul` (launch 3)`` (empty if none is known).
+    pub fn expected_producers(&self, waits: impl Iterator<Item = (u32, u32)>) -> String {
+        let mut seen: Vec<String> = Vec::new();
+        for (launch_id, tensor_id) in waits {
+            let Some(t) = self
+                .launches
+                .get(&launch_id)
+                .and_then(|l| l.tensors.iter().find(|(id, _)| *id == tensor_id))
+                .map(|(_, t)| t)
+            else {
+                continue;
+            };
+            let Some((kernel, launch)) = t.producer_launch else {
+                continue;
+            };
+            let line = match launch {
+                0 => format!("`{}` from `{kernel}` (recorded, never launched)", t.name),
+                l => format!("`{}` from `{kernel}` (launch {l})", t.name),
+            };
+            if !seen.contains(&line) {
+                seen.push(line);
+            }
+        }
+        match seen.len() {
+            0 => String::new(),
+            1 => format!("; expected producer: {}", seen[0]),
+            _ => format!("; expected producers: {}", seen.join(", ")),
+        }
+    }
+
     /// `matmul CTA (3,1) waits on y[2] = 1 of 3 signals` (CPU backend deadlock).
     pub fn describe_wait(&self, site: &WaitSite, value: i32) -> String {
         format!(
@@ -201,6 +234,7 @@ mod tests {
             ],
             ready: 3 * EPOCH_STRIDE,
             producer: Some(([64, 32, 0, 0], 1)),
+            producer_launch: Some(("matmul", 3)),
         };
         n.insert(
             7,

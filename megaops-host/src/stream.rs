@@ -5,6 +5,7 @@ use crate::buffer::Buffer;
 use crate::device::{Device, DeviceBackend};
 use crate::error::{CudaContext as _, Error, Result};
 use crate::module::PtxModule;
+use crate::order::TargetKey;
 use cudarc::driver::{CudaEvent, CudaStream, result, sys};
 use megaops_device::Dim3;
 use megaops_device::cpu::{CpuLaunch, EventId, StreamId};
@@ -17,6 +18,7 @@ pub struct Stream {
     device: Device,
     raw: RawStream,
     inflight: Mutex<Inflight>,
+    key: TargetKey,
 }
 
 #[derive(Clone)]
@@ -69,6 +71,7 @@ impl Stream {
             device: device.clone(),
             raw,
             inflight: Mutex::new(Inflight::default()),
+            key: TargetKey::fresh(),
         })
     }
 
@@ -78,6 +81,7 @@ impl Stream {
             device: device.clone(),
             raw: RawStream::Cuda(stream),
             inflight: Mutex::new(Inflight::default()),
+            key: TargetKey::fresh(),
         })
     }
 
@@ -88,6 +92,11 @@ impl Stream {
 
     pub(crate) fn raw(&self) -> &RawStream {
         &self.raw
+    }
+
+    /// Its identity as a launch target (see `order`).
+    pub(crate) fn key(&self) -> TargetKey {
+        self.key
     }
 
     /// The CUDA stream handle (None on the CPU backend).

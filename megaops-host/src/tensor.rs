@@ -17,6 +17,9 @@ pub struct Tensor<T: DType> {
     _t: PhantomData<T>,
 }
 
+/// Largest host buffer [`Tensor::full`] and [`Tensor::fill`] stage values in.
+const FILL_CHUNK_BYTES: usize = 4 << 20;
+
 /// Largest supported rank.
 pub const MAX_TENSOR_RANK: usize = 4;
 
@@ -63,9 +66,29 @@ impl<T: DType> Tensor<T> {
         Ok(t)
     }
 
-    /// A tensor with every element `value`.
+    /// A tensor with every element `value`. A shape too large for the device is an
+    /// error (as for [`Tensor::empty`]): the device memory is allocated first, then
+    /// written through a bounded host buffer.
     pub fn full(device: &Device, shape: &[usize], value: T) -> Result<Self> {
-        Tensor::from_slice(device, shape, &vec![value; numel(shape)?])
+        let t = Tensor::empty(device, shape)?;
+        t.write_repeated(value)?;
+        Ok(t)
+    }
+
+    /// Writes `value` over every element, through host chunks of at most
+    /// [`FILL_CHUNK_BYTES`] (never a host copy of the whole tensor). Synchronous; the
+    /// caller has synchronised with queued work that uses the memory.
+    fn write_repeated(&self, value: T) -> Result<()> {
+        let n = self.numel();
+        let chunk = vec![value; (FILL_CHUNK_BYTES / size_of::<T>()).clamp(1, n.max(1))];
+        let mut done = 0;
+        while done < n {
+            let k = chunk.len().min(n - done);
+            self.device()
+                .copy_to_device(&self.buf, (self.offset + done) * size_of::<T>(), as_bytes(&chunk[..k]))?;
+            done += k;
+        }
+        Ok(())
     }
 
     /// A tensor of zeros.
@@ -170,7 +193,8 @@ impl<T: DType> Tensor<T> {
 
     /// Fills every element with `value` (after waiting for queued work).
     pub fn fill(&self, value: T) -> Result<()> {
-        self.copy_from_slice(&vec![value; self.numel()])
+        self.device().synchronize()?;
+        self.write_repeated(value)
     }
 }
 

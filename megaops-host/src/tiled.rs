@@ -5,6 +5,7 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::notes::{HostDim, TensorNote};
+use crate::order::{SharedUses, TiledUse};
 use crate::tensor::Tensor;
 use crate::tiling::{DataTiling, device_dims, resolve};
 use megaops_device::sync::tiling::signals_received;
@@ -35,6 +36,12 @@ pub enum Phase {
     Produced(ProducerTiling),
     /// The data is already complete (built from existing data): consumers do not wait.
     Complete,
+    /// Produced by the launches of a graph recorded by
+    /// [`AsyncStream::capture`](crate::AsyncStream::capture) that has not been replayed
+    /// yet: the data does not exist, so eager reads are refused. Launches inside another
+    /// capture may read it (they run when that graph is replayed). The first
+    /// [`Graph::launch`](crate::Graph::launch) makes it [`Phase::Complete`].
+    Captured,
 }
 
 /// A tensor between two kernels, split into data tiles that each carry an `i32`
@@ -46,6 +53,19 @@ pub enum Phase {
 /// [`Tiled::rearm`] starts the next cycle once the previous contents are no longer
 /// needed. Semaphores are never reset: each cycle (epoch) adds [`EPOCH_STRIDE`] to every
 /// semaphore, so re-arming is free and works inside CUDA graphs.
+///
+/// **Launch targets.** Producer and consumers overlap when they are launched on one
+/// target (one [`AsyncStream`](crate::AsyncStream), or one plain
+/// [`Stream`](crate::Stream)). A tensor remembers the targets that used it: a launch on
+/// *another* target waits (stream-level, by an event) for the tensor's last producer and,
+/// if it writes the tensor, for the consumers of the previous cycle. That keeps a consumer
+/// from taking every SM before a producer queued elsewhere can start (a deadlock), and a
+/// re-producer from overwriting rows a consumer elsewhere has not read yet; the price is
+/// that work on different targets does not overlap.
+///
+/// **Graphs.** Outputs of a graph recorded by
+/// [`AsyncStream::capture`](crate::AsyncStream::capture) are [`Phase::Captured`] until the
+/// graph's first replay: eager launches may not read them.
 pub struct Tiled<T: DType, D: DataTiling> {
     data: Tensor<T>,
     sema: Tensor<i32>,
@@ -55,6 +75,7 @@ pub struct Tiled<T: DType, D: DataTiling> {
     id: u32,
     name: String,
     state: Arc<Mutex<TiledState>>,
+    uses: SharedUses,
 }
 
 /// The protocol state of a `Tiled` tensor, shared with launch targets that must restore
@@ -139,6 +160,7 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
             id: device.next_tensor_id(),
             name: name.to_string(),
             state,
+            uses: SharedUses::default(),
         })
     }
 
@@ -183,7 +205,9 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
     }
 
     /// Starts the next cycle: the next producer may write it again. Call it when no
-    /// consumer of the current contents remains to be launched.
+    /// consumer of the current contents remains to be launched. (Consumers already
+    /// launched are safe: on the same target, streams and semaphores order the next
+    /// producer after them; on another target it waits for them.)
     pub fn rearm(&mut self) {
         let mut st = lock(&self.state);
         if let Phase::Produced(_) = st.phase {
@@ -264,7 +288,9 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
         }
     }
 
-    pub(crate) fn consumer_sync(&self, kernel: &str, param: &str) -> Result<(TileSync, TensorNote)> {
+    /// The consumer side of a launch: the sync block, the note for messages and, for a
+    /// tensor only a captured graph produces, why an eager launch must not read it.
+    pub(crate) fn consumer_sync(&self, kernel: &str, param: &str) -> Result<(TileSync, TensorNote, Option<String>)> {
         let st = lock(&self.state).clone();
         match &st.phase {
             Phase::Armed => Err(Error::Tiling(format!(
@@ -272,8 +298,21 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
                  or build it with `Tiled::complete` if its data is already there",
                 self.name
             ))),
-            Phase::Complete => Ok((TileSync::NONE, self.note(st.epoch, None))),
-            Phase::Produced(p) => Ok((self.sync_block(ready_value(st.epoch)), self.note(st.epoch, Some(p)))),
+            Phase::Complete => Ok((TileSync::NONE, self.note(st.epoch, None), None)),
+            Phase::Captured => {
+                let why = format!(
+                    "`{kernel}` reads `{}` (parameter `{param}`), whose producer was captured into a graph that has \
+                     not been replayed yet: its data does not exist before `Graph::launch` replays that graph \
+                     (a launch inside another `AsyncStream::capture` may read it)",
+                    self.name
+                );
+                Ok((TileSync::NONE, self.note(st.epoch, None), Some(why)))
+            }
+            Phase::Produced(p) => Ok((
+                self.sync_block(ready_value(st.epoch)),
+                self.note(st.epoch, Some(p)),
+                None,
+            )),
         }
     }
 
@@ -289,6 +328,19 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
                 "`{kernel}` writes `{}` (parameter `{param}`), which holds complete data: call `rearm()` on it first",
                 self.name
             ))),
+            Phase::Captured => Err(Error::Tiling(format!(
+                "`{kernel}` writes `{}` (parameter `{param}`), which a captured graph produces: call `rearm()` on it \
+                 first (a later replay of that graph overwrites it again)",
+                self.name
+            ))),
+        }
+    }
+
+    /// How a launch uses this tensor, for ordering across launch targets.
+    pub(crate) fn tiled_use(&self, write: bool) -> TiledUse {
+        TiledUse {
+            uses: self.uses.clone(),
+            write,
         }
     }
 
@@ -302,6 +354,7 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
             dims: self.dims.clone(),
             ready: ready_value(epoch),
             producer: producer.map(|p| (p.ktile, p.split)),
+            producer_launch: producer.map(|p| (p.kernel, p.launch_id)),
         }
     }
 

@@ -10,6 +10,7 @@
 //! - `ast`: the typed kernel (parameters, synchronised tensors, configs with their
 //!   constants' types, body statements), every node keeping its spans;
 //! - `valid`: every user error, one function per rule, all collected (`ctxt`);
+//!   `valid_values`: the rules on constant values (tile sizes, threads per CTA);
 //! - `expand/`: `device` (one body generator for the PTX entry and the CPU-backend
 //!   function), `sync` (regions, waits, signals), `launcher` (the host module); it never
 //!   discovers user errors;
@@ -27,6 +28,7 @@ mod fallback;
 mod paths;
 mod text;
 mod valid;
+mod valid_values;
 
 #[cfg(test)]
 mod tests;
@@ -48,6 +50,7 @@ use proc_macro2::TokenStream;
 ///     smem = (BM + BN) * BK * 2,
 ///     input(a[m, k] = [pid_m: BM, _]),
 ///     output(c[m, n] = [pid_m: BM, pid_n: BN]),
+///     tensor(b[n, k]),                  // a plain pointer: its shape, checked at launch
 /// )]
 /// #[config(BM = 64, BN = 64, BK = 32, THREADS = 128)]
 /// #[config(BM = 128, BN = 128, BK = 32, THREADS = 256)]
@@ -59,7 +62,8 @@ use proc_macro2::TokenStream;
 ///     // ... compute, write c ...
 /// }
 ///
-/// // Host (the crate root has `megaops::kernel_crate!();`):
+/// // Host (the crate root has `megaops::kernel_crate!();`); `m, n, k` are the kernel's
+/// // `u32` parameters (tensor shapes are `usize`: convert, the launcher checks they agree):
 /// matmul::launch(&stream, &x_tiled, &w, &mut y_tiled, m, n, k)?;
 /// matmul::launch_with(&stream, &LaunchOptions::config(1), &x_tiled, &w, &mut y_tiled, m, n, k)?;
 /// ```
@@ -73,6 +77,9 @@ use proc_macro2::TokenStream;
 ///     tiles(AXIS = EXTENT, ...),         // kernel-tile grid (default: derived, see below)
 ///     input(P[DIM, ...] = [COORD, ...]), // synchronised input P (a `*const T` parameter)
 ///     output(P[DIM, ...] = [COORD, ...] [, split = AXIS]), // synchronised output (`*mut T`)
+///     tensor(P[DIM, ...]),               // shape of a plain pointer parameter P
+///     scratch(P[LEN]),                   // a plain pointer P to at least LEN elements
+///     check(COND, "MESSAGE"),            // a launch-time condition on the parameters
 ///     min_ctas = EXPR,                   // launch bounds: `.maxntid` (block) + `.minnctapersm`
 ///     persistent,                        // CTAs loop over kernel tiles
 ///     debug,                             // print the expansion to stderr when compiling
@@ -84,6 +91,23 @@ use proc_macro2::TokenStream;
 ///        | _             // along this dimension: all of it
 /// ```
 ///
+/// - **Plain pointers.** Every `*const T` / `*mut T` parameter that is not an `input` or
+///   `output` needs `tensor(P[DIM, ...])` (the launcher takes a `&Tensor<T>` /
+///   `&mut Tensor<T>` and checks that its shape is exactly that) or `scratch(P[LEN])` (any
+///   shape with at least `LEN` elements): unchecked pointers would let safe host code make
+///   the kernel read or write out of bounds. Plain tensors get no semaphores; on an
+///   AsyncStream they are ordered by stream events.
+/// - **Checks.** `check(COND, "MESSAGE")` (any number) is evaluated by the launcher before
+///   anything runs, with the parameters and config constants in scope; a false `COND`
+///   returns `Error::Launch` with `MESSAGE` and the condition's text, e.g.
+///   `check(k % 8 == 0, "k must be a multiple of 8")`.
+/// - **Value limits.** A kernel tile `SIZE` of 0 and a `block` of 0 or more than 1024
+///   threads are compile errors when they are integer literals or config constants with
+///   literal values, launch errors otherwise.
+/// - **Parameter types.** Sizes are `u32` on the device (the GPU's native index width);
+///   tensor shapes are `usize` on the host. Launchers take the kernel's parameters as
+///   declared, so pass `m as u32` (the launcher then checks each tensor's shape against
+///   them, so a truncated size is a shape error, not a wrong result).
 /// - `DIM`, `SIZE`, `EXTENT`, `block` and `smem` are expressions of the parameters and
 ///   the config constants, evaluated by the launcher on the host and (`DIM`, `SIZE`) by
 ///   the kernel on the device. More than one input is allowed.

@@ -30,6 +30,7 @@ pub fn check(k: &Kernel, cx: &mut Ctxt) {
     check_split(k, &axes, cx);
     check_config_sets(k, cx);
     check_config_types(k, cx);
+    crate::valid_values::check_values(k, cx);
     check_name_clashes(k, &axes, cx);
     check_reads_and_writes(k, cx);
     check_prefetch(k, cx);

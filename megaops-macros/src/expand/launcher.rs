@@ -135,6 +135,7 @@ fn arm(plan: &Plan, i: usize) -> TokenStream {
     let entry = plan.entry_name(i).to_string();
     let cpu = plan.cpu_name(i);
     let extents = plan.grid_extents();
+    let zero_tiles = plan.zero_tile_checks();
     let block = block(plan);
     let smem = match &k.smem {
         Some(e) => cast(e, "u64"),
@@ -157,6 +158,7 @@ fn arm(plan: &Plan, i: usize) -> TokenStream {
         #i => {
             #consts
             #(#checks)*
+            #(#zero_tiles)*
             let mut #l = #kernel_launch::new(#on.device(), #kernel, &crate::__MEGAOPS_PTX, #entry, #opts);
             #l.tiles(&[#(#extents),*])?;
             #l.block(#block)?;

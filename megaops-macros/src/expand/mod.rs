@@ -135,6 +135,32 @@ impl<'a> Plan<'a> {
         format_ident!("__megaops_cpu_{}__cfg{}", name, i, span = name.span())
     }
 
+    /// Launcher statements that return a launch error when a kernel tile size the grid
+    /// divides by is 0 (a value `valid_values` could not see: an expression or a
+    /// parameter).
+    pub fn zero_tile_checks(&self) -> Vec<TokenStream> {
+        let (error, kernel) = (crate::paths::error(), self.k.name().to_string());
+        self.axes
+            .iter()
+            .filter_map(|a| match a.extent.as_ref()? {
+                Extent::Derived { size, .. } => {
+                    let text = format!(
+                        "the kernel tile size `{}` of axis `{}` is 0: a kernel tile needs at least 1 element",
+                        crate::text::tokens_text(quote::ToTokens::to_token_stream(size)),
+                        a.name
+                    );
+                    let size = cast(size, "u64");
+                    Some(quote! {
+                        if #size == 0 {
+                            return ::core::result::Result::Err(#error::launch(#kernel, #text));
+                        }
+                    })
+                }
+                Extent::Given(_) => None,
+            })
+            .collect()
+    }
+
     /// Number of kernel tiles along each axis, as `u64` expressions (launcher).
     pub fn grid_extents(&self) -> Vec<TokenStream> {
         self.axes
