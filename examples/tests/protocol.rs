@@ -231,6 +231,12 @@ fn a_missing_producer_is_reported_with_kernel_cta_tensor_and_progress() -> Resul
     row_sums::launch_with(&s, &LaunchOptions::config(0), &y, &mut sums, 12, 8)?;
     let err = s.synchronize().expect_err("nobody produces y");
     let msg = err.to_string();
+    // The first line names the producer each waited-on tensor expects (the GPU's shape).
+    let first = msg.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("; expected producer: `y` from `produce` (recorded, never launched)"),
+        "{msg}"
+    );
     assert!(msg.contains("row_sums CTA (0) waits on y[0] = 0 of 1 signals"), "{msg}");
     assert!(msg.contains("row_sums CTA (1) waits on y[2] = 0 of 1 signals"), "{msg}");
     Ok(())
