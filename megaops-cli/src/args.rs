@@ -21,6 +21,9 @@ pub enum Command {
     Info(Info),
     /// Write a preset with seeded random weights as a Hugging Face folder.
     Export(Export),
+    /// Time decode and prefill workloads end to end (presets with random weights or a
+    /// folder), overlapped, serial and eager.
+    Bench(Bench),
 }
 
 /// Which model: a Hugging Face folder or a preset.
@@ -120,4 +123,52 @@ pub struct Export {
     /// The folder to write.
     #[arg(long)]
     pub out: PathBuf,
+}
+
+/// `megaops bench`.
+#[derive(Args, Debug)]
+pub struct Bench {
+    /// Presets to run, one after another (random weights).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "qwen3-0.6b,qwen3-1.7b,qwen3-8b,llama-3.2-1b",
+        conflicts_with = "model"
+    )]
+    pub presets: Vec<String>,
+    /// A Hugging Face folder to run instead of presets.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Keep only the first N decoder layers of each preset.
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Seed of the presets' random weights (and of the prompts).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Workloads: short-decode (128 + 64 tokens), long-decode (1024 + 1024), prefill
+    /// (1024 tokens).
+    #[arg(long, value_delimiter = ',', default_value = "short-decode,long-decode,prefill")]
+    pub workloads: Vec<String>,
+    /// Batch sizes.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+    pub batches: Vec<usize>,
+    /// Modes: overlapped, serial (same kernels, no overlap), eager (no graph). The
+    /// prefill workload runs overlapped and serial (it is never a graph).
+    #[arg(long, value_delimiter = ',', default_value = "overlapped,serial,eager")]
+    pub modes: Vec<String>,
+    /// Streams of the overlapping AsyncStream.
+    #[arg(long, default_value_t = 2)]
+    pub streams: usize,
+    /// Override every workload's prompt length.
+    #[arg(long)]
+    pub prompt_len: Option<usize>,
+    /// Override every decode workload's new tokens.
+    #[arg(long)]
+    pub new_tokens: Option<usize>,
+    /// Timed prefills per row (after one untimed); the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub prefill_reps: usize,
+    /// Write one JSON object per row to this file (JSON lines).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }

@@ -1,6 +1,7 @@
 //! What each subcommand does.
 
 use crate::args::{Cli, Command, Export, Generate, Info, ModelArgs};
+use crate::bench::run_bench;
 use indicatif::{ProgressBar, ProgressStyle};
 use megaops::{AsyncStream, Device};
 use megaops_models::checkpoint::{Checkpoint, WeightSource};
@@ -18,18 +19,19 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Generate(g) => run_generate(g),
         Command::Info(i) => run_info(i),
         Command::Export(e) => run_export(e),
+        Command::Bench(b) => run_bench(b),
     }
 }
 
 /// A model's config, its weights and (for a folder with `tokenizer.json`) its tokenizer.
-struct Source {
-    name: String,
-    config: Config,
+pub(crate) struct Source {
+    pub(crate) name: String,
+    pub(crate) config: Config,
     weights: Box<dyn WeightSource>,
     tokenizer: Option<Tokenizer>,
 }
 
-fn open(args: &ModelArgs) -> Result<Source> {
+pub(crate) fn open(args: &ModelArgs) -> Result<Source> {
     match (&args.model, &args.preset) {
         (Some(dir), _) => {
             let ckpt = Checkpoint::open(dir)?;
@@ -60,7 +62,7 @@ fn open(args: &ModelArgs) -> Result<Source> {
 }
 
 /// The device, saying on stderr when it is the CPU backend and why.
-fn device() -> Result<Device> {
+pub(crate) fn device() -> Result<Device> {
     let (device, why) = Device::auto_with_reason()?;
     if let Some(why) = why {
         eprintln!("running on the CPU backend ({why})");
@@ -69,7 +71,7 @@ fn device() -> Result<Device> {
 }
 
 /// Loads the model onto `device` with a progress bar; returns it and the load time.
-fn load(device: &Device, src: &Source) -> Result<(CausalLm, f64)> {
+pub(crate) fn load(device: &Device, src: &Source) -> Result<(CausalLm, f64)> {
     let t0 = Instant::now();
     let bar = ProgressBar::new(src.config.weight_bytes() as u64);
     bar.set_style(

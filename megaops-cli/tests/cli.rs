@@ -175,3 +175,101 @@ fn info_reports_sizes() {
     );
     assert_eq!(v["kv_bytes_per_token"], 28 * 2 * 2 * 8 * 128);
 }
+
+#[test]
+fn bench_writes_one_json_row_per_run() {
+    let json = std::env::temp_dir().join(format!("megaops-bench-{}.jsonl", std::process::id()));
+    let j = json.to_str().expect("utf-8");
+    let out = megaops(&[
+        "bench",
+        "--presets",
+        "tiny",
+        "--workloads",
+        "short-decode,prefill",
+        "--batches",
+        "2",
+        "--prompt-len",
+        "4",
+        "--new-tokens",
+        "3",
+        "--prefill-reps",
+        "1",
+        "--json",
+        j,
+    ]);
+    assert!(
+        out.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&json).expect("the JSON file");
+    let _ = std::fs::remove_file(&json);
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    // Decode in three modes; the prefill (never a graph) overlapped and serial.
+    let runs: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["workload"].as_str().unwrap_or("?").into(),
+                r["mode"].as_str().unwrap_or("?").into(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("short-decode", "overlapped"),
+        ("short-decode", "serial"),
+        ("short-decode", "eager"),
+        ("prefill", "overlapped"),
+        ("prefill", "serial"),
+    ];
+    assert_eq!(runs, expected.map(|(w, m)| (w.to_string(), m.to_string())).to_vec());
+    for r in &rows {
+        assert_eq!(r["model"], "tiny");
+        assert_eq!(r["batch"], 2);
+        assert_eq!(r["prompt_len"], 4);
+        assert!(r["prefill_ms"].as_f64().is_some_and(|t| t > 0.0), "{r}");
+        assert!(r["tokens_per_s"].as_f64().is_some_and(|t| t > 0.0), "{r}");
+        if r["workload"] == "prefill" {
+            assert!(r["step_ms"].is_null(), "{r}");
+            assert_eq!(r["new_tokens"], 1);
+        } else {
+            assert_eq!(r["new_tokens"], 3);
+            let step = r["step_ms"].as_f64().expect("a step time");
+            assert!(step > 0.0 && r["step_gbps"].as_f64().is_some(), "{r}");
+            // tokens/s is the batch over the step time.
+            let tps = r["tokens_per_s"].as_f64().expect("tokens/s");
+            assert!((tps - 2.0 / (step * 1e-3)).abs() < 1e-6 * tps, "{r}");
+        }
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("| short-decode | 2 | eager |"), "{stdout}");
+}
+
+#[test]
+fn bench_refuses_bad_requests_before_running() {
+    // The tiny preset's context (512) cannot hold the long decode's 1024 + 1024 tokens.
+    fails_with(
+        &[
+            "bench",
+            "--presets",
+            "tiny",
+            "--workloads",
+            "long-decode",
+            "--batches",
+            "1",
+        ],
+        "context",
+    );
+    fails_with(
+        &["bench", "--presets", "tiny", "--workloads", "medium"],
+        "unknown workload",
+    );
+    fails_with(&["bench", "--presets", "tiny", "--modes", "fast"], "unknown mode");
+    fails_with(
+        &["bench", "--presets", "tiny", "--batches", "17", "--prompt-len", "4"],
+        "batch 17",
+    );
+}

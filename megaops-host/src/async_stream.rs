@@ -211,6 +211,22 @@ impl AsyncStream {
         Ok(())
     }
 
+    /// Records a timing event after everything queued so far on every stream, and makes
+    /// all later work wait for it: a full barrier, so two such events bracket exactly
+    /// the work queued between them (for timing eager launches; a [`Graph`] replay is
+    /// bracketed the same way).
+    pub fn record_event(&self) -> Result<Event> {
+        let s0 = &self.streams[0];
+        for s in self.all_streams().skip(1) {
+            s0.wait_event(&s.record_marker()?)?;
+        }
+        let e = s0.record_event()?;
+        for s in self.all_streams().skip(1) {
+            s.wait_event(&e)?;
+        }
+        Ok(e)
+    }
+
     /// Waits for all queued work and reports tile-wait failures.
     pub fn synchronize(&self) -> Result<()> {
         for s in self.all_streams() {

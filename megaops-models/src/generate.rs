@@ -7,7 +7,7 @@ use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::layers::attention::{AttentionKind, KvCache, Positions};
 use crate::model::{CausalLm, MAX_BATCH, Pass};
-use megaops::{AsyncStream, Tensor};
+use megaops::{AsyncStream, Graph, Tensor};
 use megaops_kernels::attention::decode;
 use megaops_kernels::decode_step::advance_decode;
 use megaops_kernels::rope::RopeTable;
@@ -141,6 +141,207 @@ struct DecodeState {
     steps: usize,
 }
 
+/// One batch of equal-length sequences on the device: a KV cache per layer sized for the
+/// prompt plus the new tokens, and the RoPE table. [`Session::prefill`] fills the caches
+/// from the prompts; [`Session::decoder`] then runs decode steps against them.
+pub struct Session<'m> {
+    lm: &'m CausalLm,
+    batch: usize,
+    seq: usize,
+    max_seq: usize,
+    caches: Vec<KvCache>,
+    cos_sin: Tensor<f32>,
+}
+
+/// The uploaded inputs and the pass of one prefill (built before anything is enqueued,
+/// so a timed region holds only device work).
+pub struct Prefill {
+    ids: Tensor<u32>,
+    positions: Tensor<u32>,
+    slots: Tensor<u32>,
+    lens: Tensor<u32>,
+    pass: Pass,
+}
+
+impl Prefill {
+    /// The pass: [`Pass::next_ids`] and [`Pass::logits`] hold the first new token.
+    pub fn pass(&self) -> &Pass {
+        &self.pass
+    }
+}
+
+impl<'m> Session<'m> {
+    /// Caches for `batch` sequences of `prompt_len` tokens plus `max_new_tokens`.
+    pub fn new(lm: &'m CausalLm, batch: usize, prompt_len: usize, max_new_tokens: usize) -> Result<Session<'m>> {
+        let c = lm.config();
+        let device = lm.lm_head().device();
+        let max_seq = prompt_len + max_new_tokens;
+        let dims = lm.model().dims();
+        let caches = (0..c.num_hidden_layers)
+            .map(|l| KvCache::new(device, &dims, batch, max_seq, l))
+            .collect::<Result<Vec<_>>>()?;
+        let cos_sin = RopeTable::new(dims.head_dim, max_seq, c.rope_base(), c.rope_scaling_kind()?).upload(device)?;
+        Ok(Session {
+            lm,
+            batch,
+            seq: prompt_len,
+            max_seq,
+            caches,
+            cos_sin,
+        })
+    }
+
+    /// Sequences.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Uploads the prompts (`batch` of `prompt_len` ids) and builds the prefill pass.
+    pub fn prefill_inputs(&self, prompts: &[Vec<u32>]) -> Result<Prefill> {
+        let (batch, seq, max_seq) = (self.batch, self.seq, self.max_seq);
+        if prompts.len() != batch || prompts.iter().any(|p| p.len() != seq) {
+            return Err(ModelError::Request(format!(
+                "the session holds {batch} prompts of {seq} tokens"
+            )));
+        }
+        let device = self.lm.lm_head().device();
+        let m = batch * seq;
+        let flat: Vec<u32> = prompts.concat();
+        let positions: Vec<u32> = (0..m).map(|r| (r % seq) as u32).collect();
+        let slots: Vec<u32> = (0..m).map(|r| ((r / seq) * max_seq + r % seq) as u32).collect();
+        Ok(Prefill {
+            ids: Tensor::from_slice(device, &[m], &flat)?,
+            positions: Tensor::from_slice(device, &[m], &positions)?,
+            slots: Tensor::from_slice(device, &[m], &slots)?,
+            lens: Tensor::from_slice(device, &[batch], &vec![seq as u32; batch])?,
+            pass: Pass::new(self.lm, AttentionKind::Prefill, batch, seq, 1)?,
+        })
+    }
+
+    /// Enqueues the prefill: the prompts' keys and values into the caches, the first new
+    /// token of each sequence into `p.pass().next_ids()`.
+    pub fn prefill(&mut self, on: &AsyncStream, p: &mut Prefill) -> Result<()> {
+        let pos = Positions {
+            positions: &p.positions,
+            slots: &p.slots,
+            lens: &p.lens,
+            cos_sin: &self.cos_sin,
+            seq: self.seq,
+        };
+        self.lm.forward(on, &p.ids, &mut self.caches, &pos, &mut p.pass)
+    }
+
+    /// A decode loop after the prefill, feeding `first` (one id per sequence) to its first
+    /// step; it runs at most `max_new_tokens - 1` steps.
+    pub fn decoder(&mut self, first: &[u32]) -> Result<Decoder<'_, 'm>> {
+        let (batch, seq, max_seq) = (self.batch, self.seq, self.max_seq);
+        let steps = max_seq - seq - 1;
+        if first.len() != batch {
+            return Err(ModelError::Request(format!(
+                "{} first ids for {batch} sequences",
+                first.len()
+            )));
+        }
+        if steps == 0 {
+            return Err(ModelError::Request("the session has no room for a decode step".into()));
+        }
+        let device = self.lm.lm_head().device();
+        let st = DecodeState {
+            ids: Tensor::from_slice(device, &[batch], first)?,
+            positions: Tensor::from_slice(device, &[batch], &vec![seq as u32; batch])?,
+            slots: Tensor::from_slice(
+                device,
+                &[batch],
+                &(0..batch).map(|b| (b * max_seq + seq) as u32).collect::<Vec<_>>(),
+            )?,
+            lens: Tensor::from_slice(device, &[batch], &vec![seq as u32 + 1; batch])?,
+            history: Tensor::zeros(device, &[steps * batch])?,
+            step: Tensor::zeros(device, &[1])?,
+            steps,
+        };
+        let dims = self.lm.model().dims();
+        let splits = decode::splits_for(batch as u32, dims.hkv as u32, max_seq as u32, device.sm_count());
+        let pass = Pass::new(self.lm, AttentionKind::Decode, batch, 1, splits)?;
+        Ok(Decoder {
+            lm: self.lm,
+            caches: &mut self.caches,
+            cos_sin: &self.cos_sin,
+            st,
+            pass,
+        })
+    }
+}
+
+/// Decode steps against a [`Session`]'s caches: each step runs the model on the ids of
+/// the previous one and `decode_step::advance_decode` feeds the sampled ids back and
+/// advances positions, cache rows and lengths on the device.
+pub struct Decoder<'s, 'm> {
+    lm: &'m CausalLm,
+    caches: &'s mut [KvCache],
+    cos_sin: &'s Tensor<f32>,
+    st: DecodeState,
+    pass: Pass,
+}
+
+impl Decoder<'_, '_> {
+    /// Enqueues one decode step eagerly.
+    pub fn step(&mut self, on: &AsyncStream) -> Result<()> {
+        let st = &mut self.st;
+        let pos = Positions {
+            positions: &st.positions,
+            slots: &st.slots,
+            lens: &st.lens,
+            cos_sin: self.cos_sin,
+            seq: 1,
+        };
+        self.lm.forward(on, &st.ids, self.caches, &pos, &mut self.pass)?;
+        advance_decode::launch(
+            on,
+            self.pass.next_ids(),
+            &mut st.ids,
+            &mut st.positions,
+            &mut st.slots,
+            &mut st.lens,
+            &mut st.history,
+            &mut st.step,
+            self.pass.batch() as u32,
+            st.steps as u32,
+        )?;
+        Ok(())
+    }
+
+    /// Captures one decode step as a graph; each replay runs the next step.
+    pub fn capture(&mut self, on: &AsyncStream) -> Result<Graph> {
+        let mut captured = Err(ModelError::Request("capture did not run".into()));
+        let g = on.capture(|s| {
+            captured = self.step(s);
+            captured
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| megaops::Error::Invalid(e.to_string()))
+        });
+        captured?;
+        let g = g?;
+        g.upload()?;
+        Ok(g)
+    }
+
+    /// The step's pass: [`Pass::next_ids`] and [`Pass::logits`] of the last step run.
+    pub fn pass(&self) -> &Pass {
+        &self.pass
+    }
+
+    /// Replaces the ids the next step feeds (teacher forcing).
+    pub fn feed(&self, ids: &[u32]) -> Result<()> {
+        Ok(self.st.ids.copy_from_slice(ids)?)
+    }
+
+    /// Decode steps the loop has room for.
+    pub fn max_steps(&self) -> usize {
+        self.st.steps
+    }
+}
+
 /// Generates greedily for `prompts` (equal lengths) on `on`, calling `on_tokens(step,
 /// ids)` with each step's token of every sequence as soon as it is read back.
 pub fn generate(
@@ -152,14 +353,8 @@ pub fn generate(
 ) -> Result<Generation> {
     check_request(lm.config(), prompts, opts)?;
     let c = lm.config();
-    let device = lm.lm_head().device();
     let (batch, seq) = (prompts.len(), prompts[0].len());
-    let max_seq = seq + opts.max_new_tokens;
-    let dims = lm.model().dims();
-    let mut caches = (0..c.num_hidden_layers)
-        .map(|l| KvCache::new(device, &dims, batch, max_seq, l))
-        .collect::<Result<Vec<_>>>()?;
-    let cos_sin = RopeTable::new(dims.head_dim, max_seq, c.rope_base(), c.rope_scaling_kind()?).upload(device)?;
+    let mut session = Session::new(lm, batch, seq, opts.max_new_tokens)?;
     let eos = if opts.ignore_eos { Vec::new() } else { c.eos_ids() };
     let mut out = Generation {
         tokens: vec![Vec::new(); batch],
@@ -179,27 +374,12 @@ pub fn generate(
 
     // Prefill.
     let t0 = Instant::now();
-    let flat: Vec<u32> = prompts.concat();
-    let m = batch * seq;
-    let ids = Tensor::from_slice(device, &[m], &flat)?;
-    let positions: Vec<u32> = (0..m).map(|r| (r % seq) as u32).collect();
-    let slots: Vec<u32> = (0..m).map(|r| ((r / seq) * max_seq + r % seq) as u32).collect();
-    let positions = Tensor::from_slice(device, &[m], &positions)?;
-    let slots = Tensor::from_slice(device, &[m], &slots)?;
-    let lens = Tensor::from_slice(device, &[batch], &vec![seq as u32; batch])?;
-    let mut prefill = Pass::new(lm, AttentionKind::Prefill, batch, seq, 1)?;
-    let pos = Positions {
-        positions: &positions,
-        slots: &slots,
-        lens: &lens,
-        cos_sin: &cos_sin,
-        seq,
-    };
-    lm.forward(on, &ids, &mut caches, &pos, &mut prefill)?;
+    let mut prefill = session.prefill_inputs(prompts)?;
+    session.prefill(on, &mut prefill)?;
     on.synchronize()?;
-    let first = prefill.next_ids().tensor().to_vec()?;
+    let first = prefill.pass().next_ids().tensor().to_vec()?;
     if opts.keep_logits {
-        out.logits.push(prefill.logits().tensor().to_vec()?);
+        out.logits.push(prefill.pass().logits().tensor().to_vec()?);
     }
     out.prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
     drop(prefill);
@@ -216,70 +396,18 @@ pub fn generate(
             None => sampled.to_vec(),
         }
     };
-    let mut st = DecodeState {
-        ids: Tensor::from_slice(device, &[batch], &feed(1, &first))?,
-        positions: Tensor::from_slice(device, &[batch], &vec![seq as u32; batch])?,
-        slots: Tensor::from_slice(
-            device,
-            &[batch],
-            &(0..batch).map(|b| (b * max_seq + seq) as u32).collect::<Vec<_>>(),
-        )?,
-        lens: Tensor::from_slice(device, &[batch], &vec![seq as u32 + 1; batch])?,
-        history: Tensor::zeros(device, &[steps * batch])?,
-        step: Tensor::zeros(device, &[1])?,
-        steps,
-    };
-    let splits = decode::splits_for(batch as u32, dims.hkv as u32, max_seq as u32, device.sm_count());
-    let mut pass = Pass::new(lm, AttentionKind::Decode, batch, 1, splits)?;
-    let mut body = |s: &AsyncStream, st: &mut DecodeState, pass: &mut Pass| -> Result<()> {
-        let pos = Positions {
-            positions: &st.positions,
-            slots: &st.slots,
-            lens: &st.lens,
-            cos_sin: &cos_sin,
-            seq: 1,
-        };
-        lm.forward(s, &st.ids, &mut caches, &pos, pass)?;
-        advance_decode::launch(
-            s,
-            pass.next_ids(),
-            &mut st.ids,
-            &mut st.positions,
-            &mut st.slots,
-            &mut st.lens,
-            &mut st.history,
-            &mut st.step,
-            batch as u32,
-            st.steps as u32,
-        )?;
-        Ok(())
-    };
-    let graph = if opts.graph {
-        let mut captured = Err(ModelError::Request("capture did not run".into()));
-        let g = on.capture(|s| {
-            captured = body(s, &mut st, &mut pass);
-            captured
-                .as_ref()
-                .map(|_| ())
-                .map_err(|e| megaops::Error::Invalid(e.to_string()))
-        });
-        captured?;
-        let g = g?;
-        g.upload()?;
-        Some(g)
-    } else {
-        None
-    };
+    let mut decoder = session.decoder(&feed(1, &first))?;
+    let graph = if opts.graph { Some(decoder.capture(on)?) } else { None };
     let t1 = Instant::now();
     for t in 1..=steps {
         match &graph {
             Some(g) => g.launch(on)?,
-            None => body(on, &mut st, &mut pass)?,
+            None => decoder.step(on)?,
         }
         on.synchronize()?;
-        let sampled = pass.next_ids().tensor().to_vec()?;
+        let sampled = decoder.pass().next_ids().tensor().to_vec()?;
         if opts.keep_logits {
-            out.logits.push(pass.logits().tensor().to_vec()?);
+            out.logits.push(decoder.pass().logits().tensor().to_vec()?);
         }
         out.decode_steps = t;
         let finished = record(t, &sampled, &mut out);
@@ -287,7 +415,7 @@ pub fn generate(
             break;
         }
         if opts.force_tokens.is_some() && t < steps {
-            st.ids.copy_from_slice(&feed(t + 1, &sampled))?;
+            decoder.feed(&feed(t + 1, &sampled))?;
         }
     }
     out.decode_ms = t1.elapsed().as_secs_f64() * 1e3;

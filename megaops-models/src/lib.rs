@@ -6,8 +6,10 @@
 //! Layout, as a Rust model reads (candle-transformers' `qwen3.rs`): [`config`] (the
 //! `config.json`), [`checkpoint`] (safetensors, memory-mapped), [`presets`] (random
 //! weights with real dimensions), [`layers`] (`Mlp`, `Attention`, `DecoderLayer`),
-//! [`model`] (`Model`, `CausalLm`), [`generate`] (the generation loop).
+//! [`model`] (`Model`, `CausalLm`), [`generate`] (the generation loop), [`bench`] (end-to-end
+//! timing of a workload).
 
+pub mod bench;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
@@ -19,5 +21,5 @@ pub mod tokenizer;
 
 pub use config::{Architecture, Config};
 pub use error::{ModelError, Result};
-pub use generate::{GenerateOptions, Generation, generate};
+pub use generate::{Decoder, GenerateOptions, Generation, Prefill, Session, generate};
 pub use model::{CausalLm, Model, Pass};

@@ -1,0 +1,131 @@
+//! `megaops bench`: every model × workload × batch × mode, a table per model on stdout,
+//! JSON lines to `--json`.
+
+use crate::args::{Bench, ModelArgs};
+use crate::run::{device, load, open};
+use megaops_models::bench::{self, BenchRow, BenchSpec, Mode, Workload};
+use megaops_models::{ModelError, Result};
+use std::io::Write;
+
+/// Runs the benchmark.
+pub fn run_bench(b: Bench) -> Result<()> {
+    let workloads = b
+        .workloads
+        .iter()
+        .map(|w| Workload::parse(w))
+        .collect::<Result<Vec<_>>>()?;
+    let modes = b.modes.iter().map(|m| Mode::parse(m)).collect::<Result<Vec<_>>>()?;
+    if b.batches.is_empty() || b.batches.contains(&0) {
+        return Err(ModelError::Request("--batches must list sizes of at least 1".into()));
+    }
+    if b.streams == 0 {
+        return Err(ModelError::Request("--streams must be at least 1".into()));
+    }
+    let models: Vec<ModelArgs> = match &b.model {
+        Some(dir) => vec![ModelArgs {
+            model: Some(dir.clone()),
+            preset: None,
+            layers: None,
+            seed: b.seed,
+        }],
+        None => b
+            .presets
+            .iter()
+            .map(|p| ModelArgs {
+                model: None,
+                preset: Some(p.clone()),
+                layers: b.layers,
+                seed: b.seed,
+            })
+            .collect(),
+    };
+    // Every model opens (config, checkpoint tensors) and every request fits before any
+    // device work.
+    let sources = models.iter().map(open).collect::<Result<Vec<_>>>()?;
+    let specs: Vec<BenchSpec> = workloads
+        .iter()
+        .flat_map(|&w| b.batches.iter().map(move |&batch| (w, batch)))
+        .flat_map(|(w, batch)| {
+            modes
+                .iter()
+                .filter(move |&&m| !(w == Workload::Prefill && m == Mode::Eager))
+                .map(move |&m| BenchSpec {
+                    prompt_len: b.prompt_len,
+                    new_tokens: b.new_tokens,
+                    prefill_reps: b.prefill_reps,
+                    seed: b.seed,
+                    ..BenchSpec::new(w, batch, m)
+                })
+        })
+        .collect();
+    for src in &sources {
+        for s in &specs {
+            let prompts = bench::random_prompts(s.batch, s.prompt_len(), src.config.vocab_size, 0);
+            let opts = megaops_models::GenerateOptions {
+                max_new_tokens: s.new_tokens(),
+                ..Default::default()
+            };
+            megaops_models::generate::check_request(&src.config, &prompts, &opts).map_err(|e| {
+                ModelError::Request(format!("{}: {} at batch {}: {e}", src.name, s.workload.name(), s.batch))
+            })?;
+        }
+    }
+    let mut json = match &b.json {
+        Some(path) => Some(std::fs::File::create(path).map_err(|e| ModelError::Io {
+            path: path.clone(),
+            source: e,
+        })?),
+        None => None,
+    };
+    let device = device()?;
+    let read_gbps = bench::read_bandwidth_gbps(&device)?;
+    if let Some(r) = read_gbps {
+        eprintln!("pure-read bandwidth of {}: {r:.0} GB/s", device.name());
+    }
+    for (src, args) in sources.iter().zip(&models) {
+        let (lm, _) = load(&device, src)?;
+        let name = args.preset.clone().unwrap_or_else(|| src.name.clone());
+        let mut rows = Vec::new();
+        for s in &specs {
+            eprintln!("{name}: {} batch {} {} …", s.workload.name(), s.batch, s.mode.name());
+            let row = bench::run(&lm, &name, s, b.streams, read_gbps)?;
+            if let (Some(f), Some(path)) = (json.as_mut(), &b.json) {
+                let line = serde_json::to_string(&row).map_err(|e| ModelError::Json {
+                    path: path.clone(),
+                    source: e,
+                })?;
+                writeln!(f, "{line}").map_err(|e| ModelError::Io {
+                    path: path.clone(),
+                    source: e,
+                })?;
+            }
+            rows.push(row);
+        }
+        println!("{}", table(&name, &rows));
+    }
+    Ok(())
+}
+
+/// A Markdown table of one model's rows.
+fn table(model: &str, rows: &[BenchRow]) -> String {
+    let opt = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
+    let mut s = format!(
+        "### {model}\n\n| workload | batch | mode | step ms | p10–p90 ms | tokens/s | GB/s | MBU | prefill ms |\n|---|---|---|---|---|---|---|---|---|\n"
+    );
+    for r in rows {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {}–{} | {:.0} | {} | {} | {:.2} |\n",
+            r.workload,
+            r.batch,
+            r.mode,
+            opt(r.step_ms, 3),
+            opt(r.step_p10_ms, 3),
+            opt(r.step_p90_ms, 3),
+            r.tokens_per_s,
+            opt(r.step_gbps, 0),
+            r.mbu.map_or("-".into(), |m| format!("{:.1} %", m * 100.0)),
+            r.prefill_ms
+        ));
+    }
+    s
+}
