@@ -2,9 +2,13 @@
 # Runs, on a GPU machine, every GPU test (tests whose name contains "gpu") of the bundle
 # made by scripts/gpu-bundle.sh, the Figure 1 example and the benchmark suites, each under
 # its own timeout. Full logs go to $OUT (default ./gpu-out); a short summary is printed
-# last. Usage: [TESTS="bin ..."] gpu-run.sh [tests|bench|all|engine] [suite:seconds ...]
+# last. Usage: [TESTS="bin ..."] gpu-run.sh [tests|bench|all|engine|e2e] [suite:seconds ...]
 #   engine: TESTS' GPU tests beside bench/hf_compare.py (HF_ARGS, HF_TIMEOUT), then
 #   end-to-end generations of E2E_PRESETS overlapped and with --no-overlap.
+#   e2e: `megaops bench $E2E_ARGS` (E2E_TIMEOUT) into $OUT/e2e.jsonl, then
+#   torch_baseline.py $TORCH_ARGS (TORCH_TIMEOUT; skipped when TORCH_ARGS=none) with the
+#   read bandwidth megaops measured, into $OUT/torch.jsonl; TESTS' GPU tests first;
+#   with BREAKDOWN_ARGS, `megaops bench --breakdown $BREAKDOWN_ARGS` after the bench.
 #   default suites: overlap:50 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30
 #   MEGAOPS_BENCH_BUDGET_S (default 25 here) caps the suites that stop adding shapes.
 set -u
@@ -59,6 +63,33 @@ if [ "$what" = engine ]; then
     done
   done
   grep -a -E "B=[0-9]+ P=|OVERALL|!!|\[time\]" "$OUT/hf.log" | tail -n 60 >> "$summary"
+fi
+if [ "$what" = e2e ]; then
+  mkdir -p "$OUT/e2e"
+  for t in ${TESTS:-}; do
+    timeout -k 5 "${TEST_TIMEOUT:-150}" "tests/$t" gpu --test-threads=1 > "$OUT/e2e/test-$t.log" 2>&1
+    echo "test $t: rc=$? $(grep -a "test result" "$OUT/e2e/test-$t.log" | tail -1)" >> "$summary"
+  done
+  timeout -k 5 "${E2E_TIMEOUT:-300}" ./megaops bench ${E2E_ARGS:-} --json "$OUT/e2e.jsonl" > "$OUT/e2e/bench.md" 2> "$OUT/e2e/bench.err"
+  echo "megaops bench: rc=$? at +$(( $(date +%s) - t0 ))s $(tail -1 "$OUT/e2e/bench.err")" >> "$summary"
+  if [ -n "${BREAKDOWN_ARGS:-}" ]; then
+    timeout -k 5 "${BREAKDOWN_TIMEOUT:-120}" ./megaops bench --breakdown $BREAKDOWN_ARGS --json "$OUT/breakdown.jsonl" > "$OUT/e2e/breakdown.md" 2> "$OUT/e2e/breakdown.err"
+    echo "megaops bench --breakdown: rc=$? at +$(( $(date +%s) - t0 ))s $(tail -1 "$OUT/e2e/breakdown.err")" >> "$summary"
+  fi
+  if [ "${TORCH_ARGS:-}" != none ]; then
+    read_gbps=$(python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(next((x["read_gbps"] for x in r if x.get("read_gbps")), ""))' "$OUT/e2e.jsonl" 2>/dev/null)
+    PYTHONUNBUFFERED=1 timeout -k 5 "${TORCH_TIMEOUT:-300}" python3 torch_baseline.py --megaops ./megaops \
+      ${read_gbps:+--read-gbps $read_gbps} ${TORCH_ARGS:-} --json "$OUT/torch.jsonl" > "$OUT/e2e/torch.log" 2>&1
+    echo "torch_baseline: rc=$? at +$(( $(date +%s) - t0 ))s $(grep -a -v '^{' "$OUT/e2e/torch.log" | tail -2 | tr '\n' ' ')" >> "$summary"
+  fi
+  cat "$OUT/e2e/bench.md" >> "$summary"
+  python3 -c '
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    step = "-" if r["step_ms"] is None else "%.3f" % r["step_ms"]
+    print("%-12s %-12s b=%-2d %-20s step=%s tok/s=%.0f prefill=%.2f" % (r["model"], r["workload"], r["batch"], r["mode"], step, r["tokens_per_s"], r["prefill_ms"]))
+' "$OUT/torch.jsonl" >> "$summary" 2>/dev/null
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   for st in "${suites[@]}"; do

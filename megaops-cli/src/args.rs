@@ -171,4 +171,9 @@ pub struct Bench {
     /// Write one JSON object per row to this file (JSON lines).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Instead of timing the workloads: where one decode step (at the first decode
+    /// workload's prompt length) and one prefill (if listed) spend their time, per
+    /// operator, overlapped against serial, at every batch size (GPU only).
+    #[arg(long)]
+    pub breakdown: bool,
 }

@@ -3,7 +3,7 @@
 
 use crate::args::{Bench, ModelArgs};
 use crate::run::{device, load, open};
-use megaops_models::bench::{self, BenchRow, BenchSpec, Mode, Workload};
+use megaops_models::bench::{self, BenchRow, BenchSpec, Breakdown, Mode, Workload};
 use megaops_models::{ModelError, Result};
 use std::io::Write;
 
@@ -85,25 +85,66 @@ pub fn run_bench(b: Bench) -> Result<()> {
     for (src, args) in sources.iter().zip(&models) {
         let (lm, _) = load(&device, src)?;
         let name = args.preset.clone().unwrap_or_else(|| src.name.clone());
+        if b.breakdown {
+            let phases = workloads
+                .iter()
+                .filter(|w| **w != Workload::LongDecode || !workloads.contains(&Workload::ShortDecode));
+            for &w in phases {
+                for &batch in &b.batches {
+                    let prompt_len = b.prompt_len.unwrap_or(w.prompt_len());
+                    eprintln!("{name}: breakdown of {} at batch {batch} …", w.name());
+                    let d = bench::breakdown(&lm, &name, w, batch, prompt_len, b.streams)?;
+                    write_json(&mut json, b.json.as_deref(), &d)?;
+                    println!("{}", breakdown_table(&d));
+                }
+            }
+            continue;
+        }
         let mut rows = Vec::new();
         for s in &specs {
             eprintln!("{name}: {} batch {} {} …", s.workload.name(), s.batch, s.mode.name());
             let row = bench::run(&lm, &name, s, b.streams, read_gbps)?;
-            if let (Some(f), Some(path)) = (json.as_mut(), &b.json) {
-                let line = serde_json::to_string(&row).map_err(|e| ModelError::Json {
-                    path: path.clone(),
-                    source: e,
-                })?;
-                writeln!(f, "{line}").map_err(|e| ModelError::Io {
-                    path: path.clone(),
-                    source: e,
-                })?;
-            }
+            write_json(&mut json, b.json.as_deref(), &row)?;
             rows.push(row);
         }
         println!("{}", table(&name, &rows));
     }
     Ok(())
+}
+
+/// Appends `value` as one JSON line to the `--json` file, if any.
+fn write_json(
+    file: &mut Option<std::fs::File>,
+    path: Option<&std::path::Path>,
+    value: &impl serde::Serialize,
+) -> Result<()> {
+    let (Some(f), Some(path)) = (file.as_mut(), path) else {
+        return Ok(());
+    };
+    let line = serde_json::to_string(value).map_err(|e| ModelError::Json {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    writeln!(f, "{line}").map_err(|e| ModelError::Io {
+        path: path.to_path_buf(),
+        source: e,
+    })
+}
+
+/// A Markdown table of one breakdown.
+fn breakdown_table(d: &Breakdown) -> String {
+    let mut s = format!(
+        "### {} {} batch {} (context {}): {:.3} ms overlapped, {:.3} ms serial; idle {:.3} ms, two or more kernels {:.3} ms\n\n\
+         | operator | launches | serial ms | span ms | exposed ms |\n|---|---|---|---|---|\n",
+        d.model, d.phase, d.batch, d.context, d.step_ms, d.serial_ms, d.idle_ms, d.overlapped_ms
+    );
+    for o in &d.ops {
+        s.push_str(&format!(
+            "| {} | {} | {:.3} | {:.3} | {:.3} |\n",
+            o.op, o.launches, o.serial_ms, o.span_ms, o.exposed_ms
+        ));
+    }
+    s
 }
 
 /// A Markdown table of one model's rows.

@@ -83,6 +83,26 @@ struct Inner {
     prev: Option<(usize, i32, &'static str)>,
     hazards: HashMap<u64, Hazard>,
     capture: Option<Capture>,
+    /// While profiling: the spans of the launches made so far.
+    profile: Option<Vec<LaunchSpan>>,
+}
+
+/// One launch as the profiler saw it ([`AsyncStream::set_profiling`]): timing events on
+/// its stream right before the kernel (after the waits that hold it back) and right
+/// after it.
+pub struct LaunchSpan {
+    /// The kernel.
+    pub kernel: &'static str,
+    /// Its PTX entry (names the config).
+    pub entry: &'static str,
+    /// CTAs of the launch.
+    pub ctas: u32,
+    /// Index of the stream it ran on (the partition's stream is the last).
+    pub stream: usize,
+    /// Recorded before the kernel.
+    pub start: Event,
+    /// Recorded after the kernel.
+    pub end: Event,
 }
 
 /// Last writer and readers (per stream, latest event) of one buffer.
@@ -209,6 +229,22 @@ impl AsyncStream {
             other.wait_event(&s.record_marker()?)?;
         }
         Ok(())
+    }
+
+    /// Starts (`true`) or stops collecting a [`LaunchSpan`] for every launch; starting
+    /// drops what was collected. Works for eager launches and inside a capture (the
+    /// events are then graph nodes, recorded at every replay).
+    pub fn set_profiling(&self, on: bool) {
+        lock(&self.inner).profile = on.then(Vec::new);
+    }
+
+    /// The spans collected since profiling started (it goes on collecting).
+    pub fn take_profile(&self) -> Vec<LaunchSpan> {
+        lock(&self.inner)
+            .profile
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Records a timing event after everything queued so far on every stream, and makes
@@ -526,7 +562,23 @@ impl LaunchTarget for AsyncStream {
         if let Some((token, ctx)) = wait {
             runtime::wait_begin(stream, &self.flag, token, ctx)?;
         }
+        let profiling = inner.profile.is_some();
+        let start = profiling.then(|| stream.record_timing_node(capturing)).transpose()?;
         let event = launch.launch_on(stream)?;
+        if let Some(start) = start {
+            let end = stream.record_timing_node(capturing)?;
+            let span = LaunchSpan {
+                kernel: launch.kernel,
+                entry: launch.entry,
+                ctas: launch.grid.iter().product(),
+                stream: s,
+                start,
+                end,
+            };
+            if let Some(p) = inner.profile.as_mut() {
+                p.push(span);
+            }
+        }
         Self::record_hazards(&mut inner, s, &launch, &event);
         if !capturing {
             // (An event recorded inside a capture is a graph node, not something another

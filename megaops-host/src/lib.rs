@@ -26,7 +26,7 @@ pub mod testing;
 mod tiled;
 pub mod tiling;
 
-pub use async_stream::{AsyncOptions, AsyncStream};
+pub use async_stream::{AsyncOptions, AsyncStream, LaunchSpan};
 pub use backend::BackendKind;
 pub use buffer::Buffer;
 pub use device::{DEFAULT_WAIT_TIMEOUT, Device};

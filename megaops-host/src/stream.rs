@@ -138,6 +138,31 @@ impl Stream {
         })
     }
 
+    /// Records a timing event; inside a graph capture (`capturing`) it becomes an event
+    /// record node of the graph (`cuEventRecordWithFlags` with `CU_EVENT_RECORD_EXTERNAL`),
+    /// recorded at every replay.
+    pub(crate) fn record_timing_node(&self, capturing: bool) -> Result<Event> {
+        let RawStream::Cuda(s) = &self.raw else {
+            return self.record_event();
+        };
+        if !capturing {
+            return self.record_event();
+        }
+        let e = s
+            .context()
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .ctx(|| "creating an event".into())?;
+        let flags = sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32;
+        // SAFETY: both handles are live (the event is owned by `e`, the stream by `self`).
+        unsafe { sys::cuEventRecordWithFlags(e.cu_event(), s.cu_stream(), flags) }
+            .result()
+            .ctx(|| "recording an event node in a capture".into())?;
+        Ok(Event {
+            device: self.device.clone(),
+            raw: RawEvent::Cuda(e),
+        })
+    }
+
     /// Makes later work on this stream wait for `event` (no host wait).
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         match (&self.raw, &event.raw, self.device.backend()) {

@@ -360,3 +360,218 @@ pub fn read_bandwidth_gbps(device: &Device) -> Result<Option<f64>> {
     let (ms, _, _) = percentiles(times).unwrap_or((f64::NAN, f64::NAN, f64::NAN));
     Ok(Some((vectors * 16) as f64 / (ms * 1e-3) / 1e9))
 }
+
+/// The time of one operator (a kernel at one config and grid) in a profiled step.
+#[derive(Clone, Debug, Serialize)]
+pub struct OpTime {
+    /// `kernel[entry]×ctas`.
+    pub op: String,
+    /// Its launches in the step (one per layer for a layer's operator).
+    pub launches: usize,
+    /// Sum of its launches' spans with overlap, ms.
+    pub span_ms: f64,
+    /// Time during which it was the only kernel running, ms (the step waits on it).
+    pub exposed_ms: f64,
+    /// Sum of its launches' spans in the serial step, ms (its isolated cost).
+    pub serial_ms: f64,
+}
+
+/// Where the time of one step goes: each operator's exposed time under overlap against
+/// its isolated (serial) time, from [`LaunchSpan`](megaops::LaunchSpan) events.
+#[derive(Clone, Debug, Serialize)]
+pub struct Breakdown {
+    /// The model.
+    pub model: String,
+    /// `decode` or `prefill`.
+    pub phase: String,
+    /// Sequences.
+    pub batch: usize,
+    /// Context (decode) or prompt length (prefill).
+    pub context: usize,
+    /// First kernel start to last kernel end, overlapped, ms (profiled: event nodes
+    /// between kernels slow it down a little).
+    pub step_ms: f64,
+    /// The same in the serial mode, ms.
+    pub serial_ms: f64,
+    /// Time with no kernel running in the overlapped step, ms.
+    pub idle_ms: f64,
+    /// Time with two or more kernels running, ms.
+    pub overlapped_ms: f64,
+    /// Per operator, by exposed time (largest first).
+    pub ops: Vec<OpTime>,
+}
+
+/// Spans in ms from the first start: (op, start, end).
+fn spans_ms(spans: &[megaops::LaunchSpan]) -> Result<Vec<(String, f64, f64)>> {
+    let Some(first) = spans.first() else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(spans.len());
+    for s in spans {
+        let a = first.start.elapsed_ms(&s.start)? as f64;
+        let b = first.start.elapsed_ms(&s.end)? as f64;
+        out.push((format!("{}[{}]×{}", s.kernel, s.entry, s.ctas), a, b));
+    }
+    let t0 = out.iter().map(|s| s.1).fold(f64::INFINITY, f64::min);
+    for s in &mut out {
+        s.1 -= t0;
+        s.2 -= t0;
+    }
+    Ok(out)
+}
+
+/// Exposed time per op, idle and overlapped time of a set of spans (a sweep over their
+/// boundaries).
+fn sweep(spans: &[(String, f64, f64)]) -> (std::collections::HashMap<String, f64>, f64, f64, f64) {
+    let mut cuts: Vec<f64> = spans.iter().flat_map(|s| [s.1, s.2]).collect();
+    cuts.sort_by(f64::total_cmp);
+    cuts.dedup();
+    let mut exposed = std::collections::HashMap::new();
+    let (mut idle, mut overlapped) = (0.0, 0.0);
+    for w in cuts.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let mid = 0.5 * (a + b);
+        let active: Vec<&(String, f64, f64)> = spans.iter().filter(|s| s.1 <= mid && mid < s.2).collect();
+        match active.len() {
+            0 => idle += b - a,
+            1 => *exposed.entry(active[0].0.clone()).or_insert(0.0) += b - a,
+            _ => overlapped += b - a,
+        }
+    }
+    let total = cuts.last().copied().unwrap_or(0.0) - cuts.first().copied().unwrap_or(0.0);
+    (exposed, idle, overlapped, total)
+}
+
+/// Profiles one decode step (the last of `steps` graph replays at context
+/// `prompt_len + steps`) or one prefill of `batch × prompt_len` tokens, overlapped on
+/// `streams` streams and serial.
+pub fn breakdown(
+    lm: &CausalLm,
+    model: &str,
+    phase: Workload,
+    batch: usize,
+    prompt_len: usize,
+    streams: usize,
+) -> Result<Breakdown> {
+    let c = lm.config();
+    let device = lm.lm_head().device().clone();
+    if !device.is_cuda() {
+        return Err(ModelError::Request(
+            "the breakdown times kernels with CUDA events: it needs a GPU".into(),
+        ));
+    }
+    let steps = 4;
+    let prompts = random_prompts(batch, prompt_len, c.vocab_size, 0);
+    let mut session = Session::new(lm, batch, prompt_len, steps + 1)?;
+    let mut profiles = Vec::new();
+    for mode in [Mode::Overlapped, Mode::Serial] {
+        let on = mode.stream(&device, streams)?;
+        let mut prefill = session.prefill_inputs(&prompts)?;
+        session.prefill(&on, &mut prefill)?;
+        on.synchronize()?;
+        let spans = if phase == Workload::Prefill {
+            on.set_profiling(true);
+            session.prefill(&on, &mut prefill)?;
+            on.synchronize()?;
+            let spans = on.take_profile();
+            on.set_profiling(false);
+            spans
+        } else {
+            let first = prefill.pass().next_ids().tensor().to_vec()?;
+            drop(prefill);
+            let mut decoder = session.decoder(&first)?;
+            on.set_profiling(true);
+            let graph = decoder.capture(&on);
+            let spans = on.take_profile();
+            on.set_profiling(false);
+            let graph = graph?;
+            for _ in 0..decoder.max_steps() {
+                graph.launch(&on)?;
+            }
+            on.synchronize()?;
+            spans
+        };
+        profiles.push(spans_ms(&spans)?);
+    }
+    let (serial, overlapped) = (profiles.pop().unwrap_or_default(), profiles.pop().unwrap_or_default());
+    let (exposed, idle, overlap, step_ms) = sweep(&overlapped);
+    let (_, _, _, serial_ms) = sweep(&serial);
+    let mut ops: Vec<OpTime> = Vec::new();
+    for (op, a, b) in &overlapped {
+        match ops.iter_mut().find(|o| &o.op == op) {
+            Some(o) => {
+                o.launches += 1;
+                o.span_ms += b - a;
+            }
+            None => ops.push(OpTime {
+                op: op.clone(),
+                launches: 1,
+                span_ms: b - a,
+                exposed_ms: exposed.get(op).copied().unwrap_or(0.0),
+                serial_ms: 0.0,
+            }),
+        }
+    }
+    for (op, a, b) in &serial {
+        if let Some(o) = ops.iter_mut().find(|o| &o.op == op) {
+            o.serial_ms += b - a;
+        }
+    }
+    ops.sort_by(|a, b| b.exposed_ms.total_cmp(&a.exposed_ms));
+    Ok(Breakdown {
+        model: model.to_string(),
+        phase: if phase == Workload::Prefill {
+            "prefill"
+        } else {
+            "decode"
+        }
+        .into(),
+        batch,
+        context: if phase == Workload::Prefill {
+            prompt_len
+        } else {
+            prompt_len + steps
+        },
+        step_ms,
+        serial_ms,
+        idle_ms: idle,
+        overlapped_ms: overlap,
+        ops,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_splits_time_into_exposed_overlapped_and_idle() {
+        let s = |op: &str, a: f64, b: f64| (op.to_string(), a, b);
+        // a alone 0–1, a+b 1–2, b alone 2–3, idle 3–4, c alone 4–6, a again 5.5–7.
+        let spans = [s("a", 0.0, 2.0), s("b", 1.0, 3.0), s("c", 4.0, 6.0), s("a", 5.5, 7.0)];
+        let (exposed, idle, overlapped, total) = sweep(&spans);
+        let close = |x: f64, y: f64| (x - y).abs() < 1e-12;
+        assert!(close(exposed["a"], 1.0 + 1.0), "{exposed:?}");
+        assert!(close(exposed["b"], 1.0), "{exposed:?}");
+        assert!(close(exposed["c"], 1.5), "{exposed:?}");
+        assert!(close(idle, 1.0) && close(overlapped, 1.0 + 0.5) && close(total, 7.0));
+    }
+
+    #[test]
+    fn percentiles_pick_ranks() {
+        let v: Vec<f64> = (1..=11).rev().map(f64::from).collect();
+        assert_eq!(percentiles(v), Some((6.0, 2.0, 10.0)));
+        assert_eq!(percentiles(Vec::new()), None);
+    }
+
+    #[test]
+    fn names_parse_back() {
+        for w in Workload::ALL {
+            assert_eq!(Workload::parse(w.name()).ok(), Some(w));
+        }
+        for m in Mode::ALL {
+            assert_eq!(Mode::parse(m.name()).ok(), Some(m));
+        }
+        assert!(Workload::parse("medium").is_err());
+    }
+}
