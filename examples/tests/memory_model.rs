@@ -61,9 +61,11 @@ fn gpu_plain_loads_after_the_acquire_never_read_stale_data() -> Result<()> {
     };
     dev.preload(&megaops_examples::__MEGAOPS_PTX)?;
     let mut stale_before = 0;
-    // Many rounds over 1 Mi elements (8192 CTAs per kernel), producers slowed so that
-    // consumer CTAs read their line before it is written.
-    for (n, rounds, delay_ns) in [(1u32 << 20, 200u32, 20_000u64), (132 * 128, 2000, 5_000)] {
+    // Many rounds over 1 Mi elements (8192 CTAs per kernel, several waves: the consumer's
+    // CTAs mostly run after the producer's), then over one CTA per SM with the producer
+    // slowed far past the consumer's launch latency, so that every consumer CTA is
+    // resident and reads its line before it is written.
+    for (n, rounds, delay_ns) in [(1u32 << 20, 100u32, 20_000u64), (132 * 128, 1000, 100_000)] {
         stale_before += probe(&dev, n, rounds, delay_ns)?;
     }
     eprintln!("reads before the wait that saw the previous cycle: {stale_before}");
