@@ -178,6 +178,43 @@ fn captured_graphs_replay_with_rearmed_semaphores() -> Result<()> {
     produce::launch(&s, &mut y, m, n, 30, 0)?;
     row_sums::launch(&s, &y, &mut sums, m, n)?;
     check_sums("eager after graph", &sums.to_vec()?, m, n, 30);
+    // Replays again after the eager cycle (its semaphores must be set back first), then
+    // back to back (the previous replay's restore holds).
+    for replay in 3..5 {
+        sums.fill(f32::NAN)?;
+        sums2.fill(f32::NAN)?;
+        graph.launch(&s)?;
+        s.synchronize()?;
+        check_sums(&format!("replay {replay} sums"), &sums.to_vec()?, m, n, 21);
+        check_sums(&format!("replay {replay} sums2"), &sums2.to_vec()?, m, n, 23);
+    }
+    Ok(())
+}
+
+#[test]
+fn profiling_records_a_span_per_eager_launch() -> Result<()> {
+    let dev = cpu_device(3)?;
+    let s = AsyncStream::new(&dev, 2)?;
+    let (m, n) = (8u32, 16u32);
+    let mut y = Tiled::<f32, DynRows>::new(&dev, &[m as usize, n as usize], DynRows(4), "y")?;
+    let mut sums = Tensor::<f32>::full(&dev, &[m as usize], f32::NAN)?;
+    produce::launch(&s, &mut y, m, n, 1, 0)?;
+    s.set_profiling(true);
+    row_sums::launch(&s, &y, &mut sums, m, n)?;
+    y.rearm();
+    produce::launch(&s, &mut y, m, n, 2, 0)?;
+    row_sums::launch(&s, &y, &mut sums, m, n)?;
+    s.synchronize()?;
+    let spans = s.take_profile();
+    let got: Vec<(&str, usize)> = spans.iter().map(|p| (p.kernel, p.stream)).collect();
+    // Round robin over the two streams, continuing from the launch before profiling.
+    assert_eq!(got, [("row_sums", 1), ("produce", 0), ("row_sums", 1)]);
+    assert!(spans.iter().all(|p| p.start.is_complete() && p.end.is_complete()));
+    assert!(s.take_profile().is_empty(), "taking the profile empties it");
+    s.set_profiling(false);
+    row_sums::launch(&s, &y, &mut sums, m, n)?;
+    assert!(s.take_profile().is_empty(), "nothing is recorded once profiling stops");
+    check_sums("profiled", &sums.to_vec()?, m, n, 2);
     Ok(())
 }
 

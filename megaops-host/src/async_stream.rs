@@ -232,8 +232,9 @@ impl AsyncStream {
     }
 
     /// Starts (`true`) or stops collecting a [`LaunchSpan`] for every launch; starting
-    /// drops what was collected. Works for eager launches and inside a capture (the
-    /// events are then graph nodes, recorded at every replay).
+    /// drops what was collected. Works for eager launches and, on a GPU, inside a
+    /// capture (the events are then graph nodes, recorded at every replay); the CPU
+    /// backend records no spans for captured launches.
     pub fn set_profiling(&self, on: bool) {
         lock(&self.inner).profile = on.then(Vec::new);
     }

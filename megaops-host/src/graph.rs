@@ -31,6 +31,19 @@ impl SemaphoreRestore {
     fn value(&self) -> i32 {
         (self.epoch as i32).wrapping_mul(EPOCH_STRIDE)
     }
+
+    /// Whether the semaphores must be set before a replay. A replay ends by restoring
+    /// them to [`Self::value`] and leaves the tensor complete at `epoch`; nothing else
+    /// reaches that state with other semaphore values (an eager producer needs a rearm
+    /// and leaves it produced; a rearm after production moves the epoch on), so an
+    /// unchanged state means the previous replay's restore still holds.
+    fn needs_reset(&self) -> bool {
+        *lock(&self.handle.state)
+            != TiledState {
+                epoch: self.epoch,
+                phase: Phase::Complete,
+            }
+    }
 }
 
 pub(crate) enum GraphBody {
@@ -88,7 +101,7 @@ impl Graph {
                 for s in on.streams().iter().skip(1).chain(on.partition().map(|p| p.stream())) {
                     s0.wait_event(&s.record_marker()?)?;
                 }
-                for r in &self.restores {
+                for r in self.restores.iter().filter(|r| r.needs_reset()) {
                     on.memset_d32(0, r.handle.sema.addr(), r.value(), r.handle.sema_count)?;
                 }
                 g.launch().ctx(|| "launching a graph".into())?;
@@ -96,7 +109,7 @@ impl Graph {
                 on.wait_on(s0)?;
             }
             GraphBody::Cpu(ops) => {
-                let restores = self.restores.iter().map(|r| CpuOp::Fill {
+                let restores = self.restores.iter().filter(|r| r.needs_reset()).map(|r| CpuOp::Fill {
                     buffer: r.handle.sema.clone(),
                     words: r.handle.sema_count,
                     value: r.value(),
