@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Plots decode tokens/s per batch size, MegaOps against PyTorch, from the rows that
+`megaops bench --json` and `torch_baseline.py --json` write (bench/e2e.jsonl):
+
+    python3 bench/plot_e2e.py bench/e2e.jsonl bench/e2e.png [workload]
+
+One panel per model, one line per mode (the last row of each model, workload, batch and
+mode wins); modes without rows for a model are left out.
+"""
+
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+MODES = {
+    "overlapped": ("MegaOps overlapped", "-", "o", "tab:blue"),
+    "serial": ("MegaOps serial", "--", "o", "tab:cyan"),
+    "torch-compiled-graph": ("PyTorch compiled + graph", "-", "s", "tab:red"),
+    "torch-eager-graph": ("PyTorch eager + graph", "--", "s", "tab:orange"),
+}
+
+
+def main():
+    src, dst = sys.argv[1], sys.argv[2]
+    workload = sys.argv[3] if len(sys.argv) > 3 else "short-decode"
+    best = {}
+    for line in open(src):
+        r = json.loads(line)
+        if r["workload"] == workload and r["mode"] in MODES and r.get("tokens_per_s"):
+            best[(r["model"], r["mode"], r["batch"])] = r["tokens_per_s"]
+    models = sorted({m for m, _, _ in best})
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        for mode, (label, style, marker, color) in MODES.items():
+            pts = sorted((b, t) for (m, md, b), t in best.items() if m == model and md == mode)
+            if pts:
+                ax.plot([b for b, _ in pts], [t for _, t in pts], style, marker=marker, color=color, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(model)
+        ax.set_xlabel("batch")
+        ax.set_ylabel("tokens/s")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"{workload}: decode tokens/s on one H200")
+    fig.tight_layout()
+    fig.savefig(dst, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
