@@ -16,6 +16,8 @@
 //!   discovers user errors;
 //! - `fallback`: on error, the errors plus the user's function without helper attributes;
 //! - `paths`: every generated path, all through `::megaops::__private`;
+//! - `site`: whether the function sits in an `impl` or `trait` block (its source file
+//!   tells), where a kernel cannot go;
 //! - `text`: token streams as readable text (messages, docs, the `debug` dump).
 
 #![warn(missing_docs)]
@@ -26,6 +28,7 @@ mod ctxt;
 mod expand;
 mod fallback;
 mod paths;
+mod site;
 mod text;
 mod valid;
 mod valid_values;
@@ -104,6 +107,9 @@ use proc_macro2::TokenStream;
 /// - **Value limits.** A kernel tile `SIZE` of 0 and a `block` of 0 or more than 1024
 ///   threads are compile errors when they are integer literals or config constants with
 ///   literal values, launch errors otherwise.
+/// - **Free functions.** A kernel is a free function (at module level, or in a function
+///   body): the launcher module it gets cannot go into an `impl` or `trait` block, and a
+///   kernel there is an error that says so (the macro reads the source file to tell).
 /// - **Parameter types.** Sizes are `u32` on the device (the GPU's native index width);
 ///   tensor shapes are `usize` on the host. Launchers take the kernel's parameters as
 ///   declared, so pass `m as u32` (the launcher then checks each tensor's shape against
@@ -187,11 +193,16 @@ use proc_macro2::TokenStream;
 /// one case per message.
 #[proc_macro_attribute]
 pub fn kernel(attr: proc_macro::TokenStream, item: proc_macro::TokenStream) -> proc_macro::TokenStream {
-    expand_kernel(attr.into(), item.into()).into()
+    expand_kernel(attr.into(), item.into(), site::container_of).into()
 }
 
-/// Parse → validate → expand, or the fallback with every error found.
-fn expand_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
+/// Parse → validate → expand, or the fallback with every error found. `container` tells
+/// whether the function named so sits in an `impl` or `trait` block.
+fn expand_kernel(
+    attr: TokenStream,
+    item: TokenStream,
+    container: impl FnOnce(&str) -> Option<site::Container>,
+) -> TokenStream {
     let mut cx = ctxt::Ctxt::new();
     let func: syn::ItemFn = match syn::parse2(item.clone()) {
         Ok(f) => f,
@@ -203,6 +214,9 @@ fn expand_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
             return fallback::emit(vec![err], None, None).into_iter().chain(item).collect();
         }
     };
+    if let Some(c) = container(&func.sig.ident.to_string()) {
+        cx.error_spanned_by(&func.sig.ident, valid::not_free_message(&func.sig.ident, c));
+    }
     let kernel = ast::Kernel::from_syn(attr, func.clone(), &mut cx);
     valid::check(&kernel, &mut cx);
     if !cx.is_empty() {

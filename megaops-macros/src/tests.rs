@@ -58,7 +58,7 @@ fn assert_error(attr: TokenStream, item: TokenStream, needle: &str) {
 
 /// The expansion as one line of text.
 fn expansion(attr: TokenStream, item: TokenStream) -> String {
-    tokens_text(expand_kernel(attr, item))
+    tokens_text(expand_kernel(attr, item, |_| None))
 }
 
 fn pos(haystack: &str, needle: &str) -> usize {
@@ -510,6 +510,7 @@ fn sync_parameters_follow_the_signature() {
                 *c = *a;
             }
         ),
+        |_| None,
     );
     let file: syn::File = syn::parse2(out).expect("expansion parses");
     let entry = file

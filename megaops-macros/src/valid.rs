@@ -165,7 +165,11 @@ fn check_params(k: &Kernel, cx: &mut Ctxt) {
     for p in &k.params {
         if let ParamKind::Unsupported(what) = &p.kind {
             match &p.arg {
-                syn::FnArg::Receiver(r) => cx.error_spanned_by(r, "a kernel is a free function: remove `self`"),
+                syn::FnArg::Receiver(r) => cx.error_spanned_by(
+                    r,
+                    "kernels must be free functions: remove `self` (and move the kernel out of its `impl` block, \
+                     if it is in one)",
+                ),
                 syn::FnArg::Typed(pt) => {
                     let instead = match pointer_instead(&pt.ty) {
                         Some(ptr) => format!("write `{ptr}`"),
@@ -189,6 +193,16 @@ fn check_params(k: &Kernel, cx: &mut Ctxt) {
             );
         }
     }
+}
+
+/// The error for a kernel inside an `impl` or `trait` block.
+pub fn not_free_message(name: &Ident, c: crate::site::Container) -> String {
+    let block = c.block();
+    format!(
+        "kernels must be free functions: `{name}` is inside {block} block, but `#[megaops::kernel]` emits a \
+         launcher module `{name}` beside the function, which {block} block cannot hold; move `{name}` to module \
+         level (its launcher is then `{name}::launch`)"
+    )
 }
 
 /// The raw pointer to use instead of a reference or slice type.
