@@ -116,7 +116,11 @@ use proc_macro2::TokenStream;
 ///   them, so a truncated size is a shape error, not a wrong result).
 /// - `DIM`, `SIZE`, `EXTENT`, `block` and `smem` are expressions of the parameters and
 ///   the config constants, evaluated by the launcher on the host and (`DIM`, `SIZE`) by
-///   the kernel on the device. More than one input is allowed.
+///   the kernel on the device. More than one input is allowed. A name in constant case
+///   (`BN`, `THREADS`) must be a `#[config]` constant (or a parameter or axis): a
+///   constant from outside the kernel is written with its crate path
+///   (`crate::kernels::TILE`; the expressions are also evaluated inside the launcher
+///   module, where `self::` means that module).
 /// - **Launch bounds.** `min_ctas = N` asks ptxas to fit `N` CTAs per SM (`.maxntid` from
 ///   `block`, `.minnctapersm N`), capping registers per thread the way CUDA's
 ///   `__launch_bounds__(threads, N)` does. `block` and `min_ctas` must then be constant

@@ -79,6 +79,39 @@ fn the_example_is_valid() {
 }
 
 #[test]
+fn annotation_constants_must_come_from_a_config() {
+    let item = quote! {
+        #[config(BM = 64, THREADS = 128)]
+        pub unsafe fn k(x: *const f32, y: *mut f32, m: u32, n: u32) {
+            *y = *x;
+        }
+    };
+    let attr = quote!(block = THREADS, input(x[m, n] = [pid: BM, _]), output(y[m, n] = [pid: BM, col: BN]));
+    let errs = errors(attr, item.clone());
+    assert_eq!(
+        errs,
+        [
+            "no `#[config]` defines `BN`; the #[config]s define `BM`, `THREADS`. Add `BN` to every #[config], or \
+          write a constant from outside the kernel with its crate path (`crate::BN`)"
+        ],
+    );
+    // Paths, parameters and axes are not config constants; `N` as a parameter is fine.
+    let attr = quote!(block = crate::THREADS, input(x[m, n] = [pid: BM, _]), output(y[m, n] = [pid: BM, _]));
+    assert!(errors(attr, item).is_empty());
+    let item = quote!(
+        pub unsafe fn k(y: *mut f32, N: u32) {
+            *y = 0.0;
+        }
+    );
+    assert!(errors(quote!(block = 32, output(y[N] = [i: 32])), item.clone()).is_empty());
+    assert_error(
+        quote!(block = THREADS, output(y[N] = [i: 32])),
+        item,
+        "no `#[config]` defines `THREADS` (this kernel has no #[config])",
+    );
+}
+
+#[test]
 fn axes_come_from_outputs_first() {
     let (k, _) = kernel(
         quote!(block = 32, input(a[m, k] = [pid_k: BK, pid_m: BM]), output(c[m, n] = [pid_m: 64, pid_n: BN])),
