@@ -46,7 +46,8 @@ pub mod __private {
 
     #[cfg(not(target_arch = "nvptx64"))]
     pub use megaops_host::launch::{
-        AsInput, AsOutput, ConfigInfo, Declared, KernelLaunch, LaunchOptions, LaunchTarget, TileDim,
+        AsInput, AsOutput, CheckedArith, ConfigInfo, Declared, KernelLaunch, LaunchOptions, LaunchTarget, OverflowSite,
+        TileDim, checked_op,
     };
     #[cfg(not(target_arch = "nvptx64"))]
     pub use megaops_host::{Error, PtxModule, R1, R2, R3, R4, Result, Tensor};

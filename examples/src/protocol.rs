@@ -133,3 +133,14 @@ pub unsafe fn stale_probe(x: *const u32, x_addr: u64, seen_before: *mut u32, see
         }
     }
 }
+
+/// Copies `x` into `y`, both `m · n` elements (flattened), 256 per kernel tile: a kernel
+/// whose annotation computes a size from its parameters (`m * n`, in `u32`).
+#[megaops::kernel(block = 256, input(x[m * n] = [i: 256]), output(y[m * n] = [i: 256]))]
+pub unsafe fn flat_copy(x: *const f32, y: *mut f32, m: u32, n: u32) {
+    let e = i * 256 + thread_idx_x();
+    if e < m * n {
+        // SAFETY: e < m * n, the length of both tensors.
+        unsafe { *y.add(e as usize) = *x.add(e as usize) };
+    }
+}

@@ -10,7 +10,7 @@ use megaops::{
     AsyncOptions, AsyncStream, DataTiling, Device, DynGrid, DynRows, Error, Irregular, LaunchOptions, LaunchTarget, R2,
     ReleaseNext, Result, Stream, Tensor, Tiled,
 };
-use megaops_examples::protocol::{busy, pattern, produce, row_sums, stamp};
+use megaops_examples::protocol::{busy, flat_copy, pattern, produce, row_sums, stamp, stamp_values};
 use std::time::Duration;
 
 fn expected_sums(m: u32, n: u32, seed: u32) -> Vec<f64> {
@@ -240,6 +240,41 @@ fn a_missing_producer_is_reported_with_kernel_cta_tensor_and_progress() -> Resul
     assert!(msg.contains("row_sums CTA (0) waits on y[0] = 0 of 1 signals"), "{msg}");
     assert!(msg.contains("row_sums CTA (1) waits on y[2] = 0 of 1 signals"), "{msg}");
     Ok(())
+}
+
+#[test]
+fn index_ranges_past_u32_are_launch_errors() -> Result<()> {
+    let dev = cpu_device(4)?;
+    let s = Stream::new(&dev)?;
+    let x = Tensor::<f32>::full(&dev, &[16], 1.5)?;
+    let mut y = Tensor::<f32>::zeros(&dev, &[16])?;
+    // `x[m * n]`: 70000 · 70000 overflows the u32 the kernel computes it in.
+    let e = flat_copy::launch(&s, &x, &mut y, 70_000, 70_000)
+        .expect_err("overflow")
+        .to_string();
+    assert!(
+        e.starts_with(
+            "cannot launch `flat_copy`: the extent of axis `i`: `m * n` overflows `u32` with m = 70000, n = 70000; \
+             the kernel computes it in `u32` too"
+        ),
+        "{e}"
+    );
+    flat_copy::launch(&s, &x, &mut y, 4, 4)?;
+    assert_eq!(y.to_vec()?, vec![1.5; 16]);
+    // u32::MAX elements in 2^25 kernel tiles of 128: the last tile ends at 2^32, past the
+    // u32 indices of the kernel (the launch is refused before it looks at the tensor).
+    let mut z = Tensor::<u32>::zeros(&dev, &[16])?;
+    let e = stamp_values::launch(&s, &mut z, u32::MAX, 0, 0)
+        .expect_err("range")
+        .to_string();
+    assert!(
+        e.starts_with(
+            "cannot launch `stamp_values`: the kernel tiles of `y` along dimension 0 (33554432 tiles of 128 elements, \
+             grid axis 0) end at element 4294967296, past the u32 range of a kernel's indices"
+        ),
+        "{e}"
+    );
+    s.synchronize()
 }
 
 #[test]

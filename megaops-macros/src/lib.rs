@@ -120,7 +120,12 @@ use proc_macro2::TokenStream;
 ///   (`BN`, `THREADS`) must be a `#[config]` constant (or a parameter or axis): a
 ///   constant from outside the kernel is written with its crate path
 ///   (`crate::kernels::TILE`; the expressions are also evaluated inside the launcher
-///   module, where `self::` means that module).
+///   module, where `self::` means that module). The launcher evaluates every annotation
+///   expression in the types the kernel does, with checked arithmetic: a `+ - * / %` or
+///   `div_ceil` that overflows (or divides by zero) is a launch error naming the kernel,
+///   the annotation, the operation and the values of the parameters it mentions, instead
+///   of a wrapped size. So is a dimension past `u32::MAX`, or kernel tiles whose last one
+///   ends past `u32::MAX` (their `axis * SIZE + i` would wrap in the kernel's `u32`).
 /// - **Launch bounds.** `min_ctas = N` asks ptxas to fit `N` CTAs per SM (`.maxntid` from
 ///   `block`, `.minnctapersm N`), capping registers per thread the way CUDA's
 ///   `__launch_bounds__(threads, N)` does. `block` and `min_ctas` must then be constant

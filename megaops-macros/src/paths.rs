@@ -66,6 +66,12 @@ paths! {
     error => "Error";
     /// Host: `Result<T, Error>`.
     result => "Result";
+    /// Host: checked arithmetic for the launcher's evaluation of annotation expressions.
+    checked_arith => "CheckedArith";
+    /// Host: one checked operation of an annotation expression.
+    checked_op => "checked_op";
+    /// Host: where that operation is, for its error.
+    overflow_site => "OverflowSite";
 }
 
 /// Host: the rank type `R1` ... `R4`.

@@ -596,7 +596,19 @@ fn launcher_binds_in_signature_order() {
         "{arm}"
     );
     assert!(arm.contains(".block([(THREADS) as u64, 1u64, 1u64])?"), "{arm}");
-    assert!(arm.contains(".dynamic_smem(((BM + BN) * BK * 2) as u64)?"), "{arm}");
+    // `(BM + BN) * BK * 2`, every operation checked in the constants' type.
+    let smem = pos(
+        arm,
+        ".dynamic_smem((::megaops::__private::checked_op(::megaops::__private::CheckedArith::checked_mul,",
+    );
+    let add = pos(
+        arm,
+        "::megaops::__private::checked_op(::megaops::__private::CheckedArith::checked_add, BM, BN, \
+         &::megaops::__private::OverflowSite { kernel: \"matmul\", what: \"`smem`\", expr: \"BM + BN\", divides: false }, \
+         &[(\"BM\", &BM as &dyn ::core::fmt::Debug), (\"BN\", &BN as &dyn ::core::fmt::Debug)],)?",
+    );
+    assert!(smem < add, "{arm}");
+    assert!(arm.contains("expr: \"(BM + BN) * BK * 2\", divides: false }"), "{arm}");
     assert!(arm.contains("const BM: u32 = 64;"), "{arm}");
     assert!(
         arm.contains(
@@ -755,7 +767,13 @@ fn declared_tensors_and_checks_are_checked_by_the_launcher() {
     };
     let out = expansion(attr, matmul_item());
     assert!(out.contains(".ptr(\"b\", b, ::core::option::Option::Some(::megaops::__private::Declared::Shape(&[(n) as u64, (k) as u64])))?"), "{out}");
-    let check = pos(&out, "if ! (k % 8 == 0)");
+    // The condition is evaluated with checked arithmetic (an overflow is an error too).
+    let check = pos(
+        &out,
+        "if ! ((::megaops::__private::checked_op(::megaops::__private::CheckedArith::checked_rem, k, 8, \
+         &::megaops::__private::OverflowSite { kernel: \"matmul\", what: \"the check `k % 8 == 0`\", expr: \"k % 8\", \
+         divides: true }, &[(\"k\", &k as &dyn ::core::fmt::Debug)],)?) == (0))",
+    );
     assert!(check < pos(&out, "KernelLaunch::new"), "{out}");
     assert!(out.contains("k must be a multiple of 8 (`k % 8 == 0`)"), "{out}");
     assert_error(

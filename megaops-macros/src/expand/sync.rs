@@ -2,7 +2,7 @@
 //! of the kernel tile, the waits injected before the first statement that reads each
 //! input, and the signals after the body.
 
-use super::{Plan, SyncPlan, cast, local};
+use super::{Plan, SyncPlan, cast, checked, local};
 use crate::ast::MAX_RANK;
 use crate::attr::Role;
 use crate::paths;
@@ -121,11 +121,12 @@ pub fn signals(plan: &Plan) -> TokenStream {
 }
 
 /// Launcher: the `&[TileDim]` of a synchronised parameter.
-pub fn tile_dims(s: &SyncPlan) -> TokenStream {
+pub fn tile_dims(plan: &Plan, s: &SyncPlan) -> TokenStream {
     let tile_dim = paths::tile_dim();
+    let what = format!("the kernel tile of `{}`", s.sync.name());
     let dims = s.dims.iter().map(|d| match d.tile {
         Some((axis, _, size)) => {
-            let size = cast(size, "u64");
+            let size = checked::cast(plan, size, "u64", &what);
             quote!(#tile_dim::axis(#axis, #size))
         }
         None => quote!(#tile_dim::WHOLE),
@@ -134,10 +135,8 @@ pub fn tile_dims(s: &SyncPlan) -> TokenStream {
 }
 
 /// Launcher: the `&[u64]` shape of a synchronised parameter.
-pub fn shape(s: &SyncPlan) -> TokenStream {
-    let dims = s.dims.iter().map(|d| {
-        let e = d.extent;
-        cast(e, "u64")
-    });
+pub fn shape(plan: &Plan, s: &SyncPlan) -> TokenStream {
+    let what = format!("the shape of `{}`", s.sync.name());
+    let dims = s.dims.iter().map(|d| checked::cast(plan, d.extent, "u64", &what));
     quote!(&[#(#dims),*])
 }
