@@ -11,7 +11,7 @@ use megaops::{
     ReleaseNext, Result, Stream, Tensor, Tiled,
 };
 use megaops_examples::protocol::{busy, flat_copy, pattern, produce, row_sums, stamp, stamp_values};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn expected_sums(m: u32, n: u32, seed: u32) -> Vec<f64> {
     (0..m)
@@ -239,6 +239,67 @@ fn a_missing_producer_is_reported_with_kernel_cta_tensor_and_progress() -> Resul
     );
     assert!(msg.contains("row_sums CTA (0) waits on y[0] = 0 of 1 signals"), "{msg}");
     assert!(msg.contains("row_sums CTA (1) waits on y[2] = 0 of 1 signals"), "{msg}");
+    Ok(())
+}
+
+#[test]
+fn a_missing_producer_beside_a_spinning_kernel_times_out_as_on_the_gpu() -> Result<()> {
+    for seed in 0..3 {
+        let dev = cpu_device(seed)?;
+        let s = AsyncStream::new(&dev, 2)?;
+        let mut y = Tiled::<f32, DynRows>::new(&dev, &[12, 8], DynRows(4), "y")?;
+        let mut sums = Tensor::<f32>::zeros(&dev, &[12])?;
+        y.plant_missing_producer("produce", &[4, 0]);
+        // Other work, innocent: it spins 30 s on %globaltimer.
+        busy::launch(&s, 30_000_000_000, 4)?;
+        let opts = LaunchOptions::config(0).timeout(Duration::from_secs(2));
+        row_sums::launch_with(&s, &opts, &y, &mut sums, 12, 8)?;
+        let wall = Instant::now();
+        let msg = s.synchronize().expect_err("nobody produces y").to_string();
+        // The GPU's report: the waits that timed out after the launch's 2 s (of the virtual
+        // clock), the producer y expects, one line per wait with tensor, tile and signals.
+        let first = msg.lines().next().unwrap_or_default();
+        assert!(
+            first.contains(
+                " tile wait(s) timed out (limit 2.0s); expected producer: `y` from `produce` (recorded, never launched)"
+            ),
+            "{msg}"
+        );
+        let waits: Vec<&str> = msg.lines().skip(1).collect();
+        assert!(!waits.is_empty(), "{msg}");
+        for w in waits {
+            let w = w.trim();
+            assert!(
+                w.starts_with("row_sums CTA (")
+                    && w.contains(") waited 2.0 s on y[")
+                    && w.ends_with("] = 0 of 1 signals"),
+                "{msg}"
+            );
+        }
+        assert!(!msg.contains("busy") && !msg.contains("hang"), "{msg}");
+        assert!(wall.elapsed() < Duration::from_secs(30), "{:?}", wall.elapsed());
+        // The device recovers: the next program runs.
+        let got = chain(&dev, &s, 40, 8, DynRows(8), 0, 0, 1, 0)?;
+        check_sums("after the timeout", &got, 40, 8, 1);
+    }
+    Ok(())
+}
+
+#[test]
+fn a_kernel_spinning_ten_seconds_on_the_clock_is_not_a_hang() -> Result<()> {
+    let dev = cpu_device(3)?;
+    let s = AsyncStream::new(&dev, 2)?;
+    let (m, n) = (24u32, 8u32);
+    let wall = Instant::now();
+    busy::launch(&s, 10_000_000_000, 8)?;
+    // A producer that spins 10 s before it writes, and a consumer whose waits allow 30 s.
+    let mut y = Tiled::<f32, DynRows>::new(&dev, &[m as usize, n as usize], DynRows(8), "y")?;
+    let mut sums = Tensor::<f32>::full(&dev, &[m as usize], f32::NAN)?;
+    produce::launch_with(&s, &LaunchOptions::config(0), &mut y, m, n, 5, 10_000_000_000)?;
+    let opts = LaunchOptions::config(0).timeout(Duration::from_secs(30));
+    row_sums::launch_with(&s, &opts, &y, &mut sums, m, n)?;
+    check_sums("after 10 s spins", &sums.to_vec()?, m, n, 5);
+    assert!(wall.elapsed() < Duration::from_secs(30), "{:?}", wall.elapsed());
     Ok(())
 }
 

@@ -643,6 +643,7 @@ impl<'a> KernelLaunch<'a> {
             tile_grid: self.tile_grid.clone(),
             tensors: self.tensors,
             waits_for: None,
+            timeout_ns: ctx.timeout_ns,
         };
         let prepared = PreparedLaunch {
             kernel: self.kernel,

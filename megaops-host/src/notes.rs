@@ -59,6 +59,8 @@ pub(crate) struct LaunchNote {
     pub tensors: Vec<(u32, TensorNote)>,
     /// For AsyncStream wait kernels: the kernel whose start they wait for.
     pub waits_for: Option<String>,
+    /// Its tile-wait timeout in ns (`LaunchOptions::timeout` or the device's).
+    pub timeout_ns: u64,
 }
 
 /// Notes of recent launches, by launch id.
@@ -185,6 +187,15 @@ impl LaunchNotes {
         }
     }
 
+    /// The tile-wait timeout of the given launches, if they all have the same one.
+    pub fn timeout_of(&self, launches: impl Iterator<Item = u32>) -> Option<std::time::Duration> {
+        let mut limits = launches.filter_map(|l| self.launches.get(&l)).map(|n| n.timeout_ns);
+        let first = limits.next()?;
+        limits
+            .all(|l| l == first)
+            .then(|| std::time::Duration::from_nanos(first))
+    }
+
     /// `matmul CTA (3,1) waits on y[2] = 1 of 3 signals` (CPU backend deadlock).
     pub fn describe_wait(&self, site: &WaitSite, value: i32) -> String {
         format!(
@@ -243,6 +254,7 @@ mod tests {
                 tile_grid: vec![4, 2],
                 tensors: vec![(11, y)],
                 waits_for: None,
+                timeout_ns: 5_000_000_000,
             },
         );
         n

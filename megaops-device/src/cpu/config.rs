@@ -58,10 +58,18 @@ pub struct VgpuConfig {
     pub switch_ns: u64,
     /// Hang limit, in coroutine switches: a run stops with [`CpuError::Hang`] after this
     /// many consecutive switches without progress (a thread exiting, a barrier or
-    /// collective completing, a semaphore wait succeeding, a CTA being placed, a host
-    /// operation running). Catches spin loops (on atomics or `nanosleep`) that can never
-    /// end but that are not structurally visible as a deadlock. Deterministic.
+    /// collective completing, a semaphore wait ending, a CTA being placed, a host
+    /// operation running). Catches spin loops (on atomics) that can never end but that are
+    /// not structurally visible as a deadlock. Deterministic.
     pub max_idle_switches: u64,
+    /// Hang limit in virtual time: a run stops with [`CpuError::Hang`] after this many
+    /// virtual nanoseconds without progress while threads only wait on time (`nanosleep`,
+    /// `%globaltimer`; the clock then runs fast, see
+    /// [`super::hooks::global_timer_ns`]) and no semaphore wait has a deadline ahead (one
+    /// that has times out first). Catches time-based spins that can never end, e.g. on a
+    /// flag nobody writes, with `nanosleep` back-off; a kernel that spins on the clock for
+    /// less than this is left alone. Deterministic.
+    pub max_idle_virtual_ns: u64,
     /// Hang limit in wall-clock time without progress (as for `max_idle_switches`);
     /// `None` disables it. Not deterministic; a safety net for CI.
     pub hang_timeout: Option<Duration>,
@@ -81,6 +89,7 @@ impl Default for VgpuConfig {
             cta_slice: 16,
             switch_ns: 10,
             max_idle_switches: 50_000_000,
+            max_idle_virtual_ns: 600_000_000_000,
             hang_timeout: Some(Duration::from_secs(60)),
         }
     }

@@ -20,16 +20,20 @@ use std::rc::Rc;
 use corosensei::{Coroutine, Yielder};
 
 use super::cta::CtaInfo;
-use super::hooks::BarrierReduce;
+use super::hooks::{BarrierReduce, WaitEnd};
 use super::stack::{self, ArenaStack, StackPool};
 use super::vgpu::KernelEntry;
 use crate::Dim3;
-use crate::sync::WaitSite;
+use crate::sync::{ErrorLog, WaitSite};
 
 /// Why a thread suspended: what the scheduler must do before resuming it.
 pub(crate) enum Request {
-    /// Resume whenever (spins, `nanosleep`, atomic loads).
+    /// Resume whenever (spins on atomics).
     Yield,
+    /// Resume whenever, after a wait on time (`nanosleep`, a read of the clock): rounds in
+    /// which every thread only waits on time and nothing progresses advance the virtual
+    /// clock faster (see the scheduler).
+    Sleep,
     /// Arrive at a CTA barrier; `pred` is the `bar.red` contribution.
     Barrier {
         id: u32,
@@ -44,8 +48,13 @@ pub(crate) enum Request {
         value: *const u8,
         size: usize,
     },
-    /// Block until the semaphore reaches its target.
-    Wait(WaitSite),
+    /// Block until the semaphore reaches its target, the virtual clock reaches
+    /// `deadline` (a timeout), or the abort flag of `errors` (null: none) is raised.
+    Wait {
+        site: WaitSite,
+        deadline: u64,
+        errors: *const ErrorLog,
+    },
 }
 
 /// How a thread's entry ended: normally, or with a panic message.
@@ -65,6 +74,8 @@ pub(crate) struct ThreadCtx {
     floor: Cell<usize>,
     reduce: Cell<BarrierReduce>,
     exchange: Cell<Option<Rc<[MaybeUninit<u8>]>>>,
+    /// How the thread's last semaphore wait ended.
+    wait_end: Cell<WaitEnd>,
 }
 
 impl ThreadCtx {
@@ -80,6 +91,7 @@ impl ThreadCtx {
                 any: false,
             }),
             exchange: Cell::new(None),
+            wait_end: Cell::new(WaitEnd::Reached),
         }
     }
 
@@ -135,6 +147,16 @@ impl ThreadCtx {
     /// Stores the published values of a completed warp exchange for this thread.
     pub(crate) fn set_exchange(&self, data: Rc<[MaybeUninit<u8>]>) {
         self.exchange.set(Some(data));
+    }
+
+    /// Stores how the thread's semaphore wait ended.
+    pub(crate) fn set_wait_end(&self, end: WaitEnd) {
+        self.wait_end.set(end);
+    }
+
+    /// How the thread's last semaphore wait ended.
+    pub(crate) fn wait_end(&self) -> WaitEnd {
+        self.wait_end.get()
     }
 
     /// Takes the published values of the warp exchange this thread just completed.
