@@ -45,6 +45,10 @@ pub mod __private {
     pub use megaops_device::thread::{block_idx_x, grid_dim_x};
 
     #[cfg(not(target_arch = "nvptx64"))]
+    pub use megaops_device::cpu::hooks::watch_input as cpu_watch_input;
+    #[cfg(not(target_arch = "nvptx64"))]
+    pub use megaops_device::cpu::{ProbeOther, ProbePointer, ReadProbe};
+    #[cfg(not(target_arch = "nvptx64"))]
     pub use megaops_host::launch::{
         AsInput, AsOutput, CheckedArith, ConfigInfo, Declared, KernelLaunch, LaunchOptions, LaunchTarget, OverflowSite,
         TileDim, checked_op,

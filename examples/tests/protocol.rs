@@ -10,7 +10,7 @@ use megaops::{
     AsyncOptions, AsyncStream, DataTiling, Device, DynGrid, DynRows, Error, Irregular, LaunchOptions, LaunchTarget, R2,
     ReleaseNext, Result, Stream, Tensor, Tiled,
 };
-use megaops_examples::protocol::{busy, flat_copy, pattern, produce, row_sums, stamp, stamp_values};
+use megaops_examples::protocol::{busy, flat_copy, next_row_stencil, pattern, produce, row_sums, stamp, stamp_values};
 use std::time::{Duration, Instant};
 
 fn expected_sums(m: u32, n: u32, seed: u32) -> Vec<f64> {
@@ -300,6 +300,56 @@ fn a_kernel_spinning_ten_seconds_on_the_clock_is_not_a_hang() -> Result<()> {
     row_sums::launch_with(&s, &opts, &y, &mut sums, m, n)?;
     check_sums("after 10 s spins", &sums.to_vec()?, m, n, 5);
     assert!(wall.elapsed() < Duration::from_secs(30), "{:?}", wall.elapsed());
+    Ok(())
+}
+
+#[test]
+fn a_stencil_that_reads_the_next_data_tile_is_reported() -> Result<()> {
+    let (m, n) = (8u32, 8u32);
+    let run = |dev: &Device, within_tile: u32| -> Result<Vec<f32>> {
+        let s = AsyncStream::new(dev, 2)?;
+        let mut x = Tiled::<f32, DynRows>::new(dev, &[8, 8], DynRows(4), "x")?;
+        let mut y = Tensor::<f32>::zeros(dev, &[8, 8])?;
+        produce::launch_with(&s, &LaunchOptions::config(1), &mut x, m, n, 9, 0)?;
+        next_row_stencil::launch(&s, &x, &mut y, m, n, within_tile)?;
+        y.to_vec()
+    };
+    for seed in 0..4 {
+        // Reads within the kernel tile's own rows: nothing to report, right values.
+        let dev = cpu_device(seed)?;
+        let y = run(&dev, 1)?;
+        for i in 0..m {
+            let next = (i + 1).min(i / 4 * 4 + 3);
+            for j in 0..n {
+                let want = pattern(i, j, 9) + pattern(next, j, 9);
+                assert_eq!(y[(i * n + j) as usize], want, "({i}, {j})");
+            }
+        }
+        // CTA 0 (rows 0..4, data tile x[0]) reads row 4, in data tile x[1], which it never
+        // waited for: on a GPU a race with the producer, here an error every time.
+        let err = run(&dev, 0).expect_err("an out-of-tile read");
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Tiling(_)), "{msg}");
+        // (Which of the threads that read row 4 is first depends on the seed.)
+        assert!(
+            msg.starts_with("CPU backend: out-of-tile read: next_row_stencil CTA (0), thread (")
+                && msg.contains(", read x[4, ")
+                && msg.contains(
+                    "] in data tile x[1] but waited only for x[0]. On a GPU this read races with the producer of x[1]"
+                ),
+            "{msg}"
+        );
+        // The device recovers.
+        run(&dev, 1)?;
+    }
+    // The check is on in builds with debug assertions (tests); off, nothing notices.
+    if cfg!(debug_assertions) {
+        let dev = Device::cpu(megaops::VgpuConfig {
+            check_reads: false,
+            ..megaops::VgpuConfig::default()
+        })?;
+        run(&dev, 0)?;
+    }
     Ok(())
 }
 

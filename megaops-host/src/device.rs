@@ -247,7 +247,8 @@ impl Device {
     }
 
     /// Turns a CPU-backend stop into the same errors the GPU gives: a deadlock or a hang
-    /// with the tensor, data tile and expected producer of every blocked wait.
+    /// with the tensor, data tile and expected producer of every blocked wait; an
+    /// out-of-tile read with the tensor's name.
     pub(crate) fn cpu_error(&self, e: CpuError) -> Error {
         match e {
             CpuError::Deadlock(report) => {
@@ -257,6 +258,13 @@ impl Device {
             CpuError::Hang(report) => {
                 let waits = report.waits.clone();
                 self.blocked_waits(report.to_string(), &waits)
+            }
+            CpuError::OutOfTileRead(read) => {
+                let mut message = format!("CPU backend: {}", self.notes().describe_read(&read));
+                if let Some(note) = self.rearm_tickets() {
+                    message = format!("{message} {note}");
+                }
+                Error::Tiling(message)
             }
             other => Error::Cpu(other.to_string()),
         }

@@ -155,7 +155,12 @@ use proc_macro2::TokenStream;
 /// - nvptx64: `#[unsafe(no_mangle)] pub unsafe extern "ptx-kernel" fn name__cfg<i>(<the
 ///   parameters>, ctx: KernelCtx, <one TileSync per input/output, in signature order>)`;
 /// - host: `unsafe fn __megaops_cpu_name__cfg<i>(<same>)` with the kernel's visibility,
-///   the same body for the CPU backend (one generator emits both).
+///   the same body for the CPU backend (one generator emits both), which also feeds the
+///   CPU backend's out-of-tile read check (`VgpuConfig::check_reads`): it calls
+///   `watch_input` for each input at the start of each kernel tile, and every
+///   dereference, `.read()` or `ptr::read(..)` whose operand mentions an input goes
+///   through `ReadProbe`, which checks pointers and references and passes anything else
+///   unchanged.
 ///
 /// The body: the config constants; `kernel_begin_cta`; the tile
 /// `remap_tile(block_idx_x())`, returning if past the grid (persistent: a loop over

@@ -502,20 +502,35 @@ fn all_errors_are_reported_together() {
 #[test]
 fn wait_goes_before_the_first_reader_and_after_prefetch() {
     let out = expansion(matmul_attr(), matmul_item());
-    let cpu = &out[pos(&out, "unsafe fn __megaops_cpu_matmul__cfg0")..];
-    let prefetch = pos(cpu, "let w0 = *b;");
-    let row = pos(cpu, "let row = pid_m * BM;");
-    let wait = pos(
-        cpu,
-        "wait_input(&__megaops_ctx, __megaops_tile, &__megaops_sync_a, &__megaops_region_a)",
-    );
-    let read = pos(cpu, "let x = *a.add(row as usize);");
-    assert!(prefetch < row && row < wait && wait < read, "{cpu}");
+    let entry = &out[pos(&out, "fn matmul__cfg0")..pos(&out, "unsafe fn __megaops_cpu_matmul__cfg0")];
+    let cpu = &out[pos(&out, "unsafe fn __megaops_cpu_matmul__cfg0")..pos(&out, "fn matmul__cfg1")];
+    let wait_a = "wait_input(&__megaops_ctx, __megaops_tile, &__megaops_sync_a, &__megaops_region_a)";
+    for body in [entry, cpu] {
+        let prefetch = pos(body, "let w0 = *b;");
+        let row = pos(body, "let row = pid_m * BM;");
+        let wait = pos(body, wait_a);
+        let read = pos(body, "let x = *");
+        assert!(prefetch < row && row < wait && wait < read, "{body}");
+        // The signal comes after the body closure is called.
+        let call = pos(body, "__megaops_body();");
+        let signal = pos(body, "signal_output(&__megaops_sync_c, &__megaops_region_c");
+        assert!(read < call && call < signal, "{body}");
+    }
     assert!(!out.contains("prefetch"), "#[prefetch] must be stripped: {out}");
-    // The signal comes after the body closure is called.
-    let call = pos(cpu, "__megaops_body();");
-    let signal = pos(cpu, "signal_output(&__megaops_sync_c, &__megaops_region_c");
-    assert!(read < call && call < signal, "{cpu}");
+    assert!(entry.contains("let x = *a.add(row as usize);"), "{entry}");
+    // The CPU-backend body watches `a` for the tile and checks its read; `b` is a plain
+    // tensor, read as written.
+    let watch = pos(
+        cpu,
+        "::megaops::__private::cpu_watch_input(&__megaops_ctx, __megaops_tile, a as *const u8, \
+         ::core::mem::size_of::<bf16>(), &__megaops_sync_a);",
+    );
+    let probe = pos(cpu, "::megaops::__private::ReadProbe::new(a.add(row as usize)).probe()");
+    assert!(watch < pos(cpu, wait_a) && pos(cpu, wait_a) < probe, "{cpu}");
+    assert!(
+        !entry.contains("ReadProbe") && !entry.contains("cpu_watch_input"),
+        "{entry}"
+    );
 }
 
 #[test]

@@ -73,6 +73,17 @@ pub struct VgpuConfig {
     /// Hang limit in wall-clock time without progress (as for `max_idle_switches`);
     /// `None` disables it. Not deterministic; a safety net for CI.
     pub hang_timeout: Option<Duration>,
+    /// Check that kernels read synchronised inputs only inside the data tiles they waited
+    /// for: a read outside them (which races with the producer on a GPU) stops the run
+    /// with [`CpuError::OutOfTileRead`], naming the kernel, CTA, thread, tensor, element
+    /// and data tile read and the data tiles waited for. Reads through dereferences and
+    /// `read()` calls whose operand mentions the input, and through the device library's
+    /// vector loads and `cp.async`, are checked (see `megaops_device::cpu::hooks::check_read`).
+    ///
+    /// Default: on in builds with debug assertions (so `cargo test` checks), off
+    /// otherwise; the environment variable `MEGAOPS_CHECK_READS=1` (or `=0`) turns it on
+    /// (off) in either.
+    pub check_reads: bool,
 }
 
 impl Default for VgpuConfig {
@@ -91,7 +102,18 @@ impl Default for VgpuConfig {
             max_idle_switches: 50_000_000,
             max_idle_virtual_ns: 600_000_000_000,
             hang_timeout: Some(Duration::from_secs(60)),
+            check_reads: check_reads_default(),
         }
+    }
+}
+
+/// [`VgpuConfig::check_reads`]'s default: `MEGAOPS_CHECK_READS` if set to `1` or `0`,
+/// otherwise whether debug assertions are on.
+fn check_reads_default() -> bool {
+    match std::env::var("MEGAOPS_CHECK_READS").ok().as_deref() {
+        Some("1") => true,
+        Some("0") => false,
+        _ => cfg!(debug_assertions),
     }
 }
 

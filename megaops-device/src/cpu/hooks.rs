@@ -15,11 +15,12 @@ use std::mem::size_of;
 use std::ptr;
 
 use super::barrier::NUM_BARRIERS;
+use super::reads::Watch;
 use super::thread::{Request, in_kernel, with_current};
 use super::wait::site_reached;
 use super::warp::{MAX_VALUE_SIZE, WARP_SIZE};
 use crate::Dim3;
-use crate::sync::{ErrorLog, WaitSite};
+use crate::sync::{ErrorLog, KernelCtx, TileSync, WaitSite};
 
 /// `%tid` of the calling thread.
 pub fn thread_idx() -> Dim3 {
@@ -287,6 +288,46 @@ pub fn wait_until_deadline(site: &WaitSite, deadline_ns: u64, errors: *const Err
         });
         t.wait_end()
     })
+}
+
+/// Starts the out-of-tile read check ([`super::VgpuConfig::check_reads`]) of a synchronised
+/// input for the calling thread's kernel tile `tile`: from now until its next kernel tile,
+/// a [`check_read`] of the input's elements (`elem_size` bytes each, from `data`, shaped
+/// by `sync`'s data tiling) outside the data tiles its `wait_input` calls on `sync`
+/// covered stops the run with [`super::CpuError::OutOfTileRead`]. `#[megaops::kernel]`'s
+/// CPU-backend body calls it for every input at the start of every kernel tile. A no-op
+/// when the check is off, for an input without semaphores (complete data), and outside a
+/// kernel.
+pub fn watch_input(ctx: &KernelCtx, tile: u32, data: *const u8, elem_size: usize, sync: &TileSync) {
+    if !sync.is_active() || !in_kernel() {
+        return;
+    }
+    with_current("watch_input", |cta, t, _| {
+        if cta.check_reads
+            && let Some(w) = Watch::new(ctx.launch_id, tile, data, elem_size, sync)
+        {
+            t.watch(w, sync);
+        }
+    });
+}
+
+/// Checks a read of `bytes` bytes at `addr` by the calling thread against the inputs it
+/// watches ([`watch_input`]): a read of an element outside the data tiles the thread
+/// waited for panics the thread, and the run stops with
+/// [`super::CpuError::OutOfTileRead`]. A no-op outside a kernel and for addresses outside
+/// the watched inputs, and for a read of 0 bytes.
+pub fn check_read(addr: *const u8, bytes: usize) {
+    if bytes == 0 || !in_kernel() {
+        return;
+    }
+    let bad = with_current("check_read", |_, t, _| {
+        let bad = t.bad_read_at(addr as usize, bytes)?;
+        t.set_bad_read(bad.clone());
+        Some(bad)
+    });
+    if let Some(bad) = bad {
+        panic!("{bad}");
+    }
 }
 
 /// `trap`: aborts the running kernel with `message`, reported as a kernel failure

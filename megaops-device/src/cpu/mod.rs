@@ -31,7 +31,9 @@
 //!   [`VgpuConfig::max_idle_switches`] switches, [`VgpuConfig::max_idle_virtual_ns`] of
 //!   virtual time spent waiting on time with no wait deadline ahead, or
 //!   [`VgpuConfig::hang_timeout`] stops with a [`HangReport`]; a panicking kernel thread
-//!   with [`CpuError::KernelPanic`]. The virtual GPU then discards the pending work and
+//!   with [`CpuError::KernelPanic`]; a read of a synchronised input outside the data
+//!   tiles the thread waited for with [`CpuError::OutOfTileRead`]
+//!   ([`VgpuConfig::check_reads`]). The virtual GPU then discards the pending work and
 //!   accepts new work.
 //!
 //! The same seed and the same sequence of host calls give the same interleaving;
@@ -55,6 +57,7 @@ mod cta;
 mod dispatch;
 mod error;
 pub mod hooks;
+mod reads;
 mod report;
 mod rng;
 mod scheduler;
@@ -68,6 +71,10 @@ mod warp;
 
 pub use config::VgpuConfig;
 pub use error::CpuError;
+pub(crate) use reads::record_waited;
+#[doc(hidden)]
+pub use reads::{ProbeOther, ProbePointer, ReadProbe};
+pub use reads::{TileRead, coords, waited_text};
 pub use report::{
     CtaReport, DeadlockReport, HangReport, QueuedKernel, SemaphoreWait, StreamReport, ThreadGroup, ThreadWait,
 };

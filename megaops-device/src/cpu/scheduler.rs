@@ -318,6 +318,7 @@ impl Engine {
                 k.smem,
                 Arc::clone(&k.entry),
                 Rc::clone(&self.clock),
+                self.cfg.check_reads,
             )
             .ok_or_else(|| CpuError::Resource(format!("cannot allocate {} B of shared memory", k.smem)))?;
             let n = cta.size();
@@ -529,6 +530,13 @@ impl Engine {
             return Ok(());
         };
         if let Err(message) = exit {
+            let ctx = &cta.info.threads[r.thread as usize];
+            if let Some(mut read) = ctx.take_bad_read() {
+                read.kernel = kernel_name(&self.dispatch, cta.seq);
+                read.block = cta.info.block_idx;
+                read.thread = ctx.tid;
+                return Err(CpuError::OutOfTileRead(read));
+            }
             return Err(CpuError::KernelPanic {
                 kernel: kernel_name(&self.dispatch, cta.seq),
                 block: cta.info.block_idx,

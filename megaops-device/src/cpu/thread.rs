@@ -11,7 +11,7 @@
 //! calls the suspended threads may continue on another host thread.
 
 use std::any::{Any, TypeId};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::mem::MaybeUninit;
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr;
@@ -21,6 +21,7 @@ use corosensei::{Coroutine, Yielder};
 
 use super::cta::CtaInfo;
 use super::hooks::{BarrierReduce, WaitEnd};
+use super::reads::{TileRead, Watch};
 use super::stack::{self, ArenaStack, StackPool};
 use super::vgpu::KernelEntry;
 use crate::Dim3;
@@ -76,6 +77,11 @@ pub(crate) struct ThreadCtx {
     exchange: Cell<Option<Rc<[MaybeUninit<u8>]>>>,
     /// How the thread's last semaphore wait ended.
     wait_end: Cell<WaitEnd>,
+    /// The synchronised inputs of the thread's current kernel tile, for the out-of-tile
+    /// read check (empty when it is off).
+    watches: RefCell<Vec<Watch>>,
+    /// The out-of-tile read the thread panicked for, if any.
+    bad_read: Cell<Option<Box<TileRead>>>,
 }
 
 impl ThreadCtx {
@@ -92,6 +98,8 @@ impl ThreadCtx {
             }),
             exchange: Cell::new(None),
             wait_end: Cell::new(WaitEnd::Reached),
+            watches: RefCell::new(Vec::new()),
+            bad_read: Cell::new(None),
         }
     }
 
@@ -157,6 +165,39 @@ impl ThreadCtx {
     /// How the thread's last semaphore wait ended.
     pub(crate) fn wait_end(&self) -> WaitEnd {
         self.wait_end.get()
+    }
+
+    /// Starts watching reads of an input for this kernel tile (replacing the watch of an
+    /// earlier tile of the same input).
+    pub(crate) fn watch(&self, w: Watch, sync: &crate::sync::TileSync) {
+        let mut watches = self.watches.borrow_mut();
+        watches.retain(|old| !old.is_for(sync));
+        watches.push(w);
+    }
+
+    /// Records that a wait on `sync` covered `tiles`.
+    pub(crate) fn record_waited(&self, sync: &crate::sync::TileSync, tiles: &crate::sync::tiling::TileBox) {
+        for w in self.watches.borrow_mut().iter_mut().filter(|w| w.is_for(sync)) {
+            w.add_waited(tiles);
+        }
+    }
+
+    /// The out-of-tile read a read of `bytes` at `addr` would be, if it is one.
+    pub(crate) fn bad_read_at(&self, addr: usize, bytes: usize) -> Option<TileRead> {
+        let watches = self.watches.borrow();
+        watches
+            .iter()
+            .find_map(|w| w.unwaited(addr, bytes).map(|(e, t)| w.report(e, t)))
+    }
+
+    /// Records the out-of-tile read the thread is about to panic for.
+    pub(crate) fn set_bad_read(&self, r: TileRead) {
+        self.bad_read.set(Some(Box::new(r)));
+    }
+
+    /// The out-of-tile read the thread panicked for, if that is why it did.
+    pub(crate) fn take_bad_read(&self) -> Option<Box<TileRead>> {
+        self.bad_read.take()
     }
 
     /// Takes the published values of the warp exchange this thread just completed.

@@ -110,6 +110,8 @@ pub unsafe fn wait_input(ctx: &KernelCtx, tile: u32, sync: &TileSync, region: &[
         // SAFETY: the semaphores of the tiling are valid (caller's contract).
         let Some((pk, idx, value)) = (unsafe { first_pending(sync, &tiles, n, k) }) else {
             fence(AcqRel, Gpu);
+            #[cfg(not(target_arch = "nvptx64"))]
+            crate::cpu::record_waited(sync, &tiles);
             return true;
         };
         // Data tiles before `pk` were ready, and a ready tile stays ready in this epoch.
