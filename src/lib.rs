@@ -45,8 +45,13 @@ pub mod __private {
     pub use megaops_device::thread::{block_idx_x, grid_dim_x};
 
     #[cfg(not(target_arch = "nvptx64"))]
+    pub use megaops_device::cpu::hooks::watch_input as cpu_watch_input;
+    #[cfg(not(target_arch = "nvptx64"))]
+    pub use megaops_device::cpu::{ProbeOther, ProbePointer, ReadProbe};
+    #[cfg(not(target_arch = "nvptx64"))]
     pub use megaops_host::launch::{
-        AsInput, AsOutput, ConfigInfo, Declared, KernelLaunch, LaunchOptions, LaunchTarget, TileDim,
+        AsInput, AsOutput, CheckedArith, ConfigInfo, Declared, KernelLaunch, LaunchOptions, LaunchTarget, OverflowSite,
+        TileDim, checked_op,
     };
     #[cfg(not(target_arch = "nvptx64"))]
     pub use megaops_host::{Error, PtxModule, R1, R2, R3, R4, Result, Tensor};

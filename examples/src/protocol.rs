@@ -133,3 +133,43 @@ pub unsafe fn stale_probe(x: *const u32, x_addr: u64, seen_before: *mut u32, see
         }
     }
 }
+
+/// `y[i, j] = x[i, j] + x[next, j]` for the `BM` rows of each kernel tile, where `next`
+/// is row `i + 1`: with `within_tile = 0` across the kernel tile's last row (into the
+/// next data tile of `x`, which this CTA's annotation does not declare and so does not
+/// wait for: a race with the producer), with `within_tile = 1` clamped to the tile's own
+/// rows (correct). The last row of `x` has no next row and uses itself.
+#[megaops::kernel(
+    block = 64,
+    input(x[m, n] = [pid_m: BM, _]),
+    output(y[m, n] = [pid_m: BM, _]),
+)]
+#[config(BM = 4)]
+pub unsafe fn next_row_stencil(x: *const f32, y: *mut f32, m: u32, n: u32, within_tile: u32) {
+    let last = if within_tile != 0 {
+        (pid_m * BM + BM).min(m) - 1
+    } else {
+        m - 1
+    };
+    let mut idx = thread_idx_x();
+    while idx < BM * n {
+        let (i, j) = (pid_m * BM + idx / n, idx % n);
+        if i < m {
+            let next = (i + 1).min(last);
+            // SAFETY: rows i and next are rows of the m × n tensors, j < n.
+            unsafe { *y.add((i * n + j) as usize) = *x.add((i * n + j) as usize) + *x.add((next * n + j) as usize) };
+        }
+        idx += block_dim_x();
+    }
+}
+
+/// Copies `x` into `y`, both `m · n` elements (flattened), 256 per kernel tile: a kernel
+/// whose annotation computes a size from its parameters (`m * n`, in `u32`).
+#[megaops::kernel(block = 256, input(x[m * n] = [i: 256]), output(y[m * n] = [i: 256]))]
+pub unsafe fn flat_copy(x: *const f32, y: *mut f32, m: u32, n: u32) {
+    let e = i * 256 + thread_idx_x();
+    if e < m * n {
+        // SAFETY: e < m * n, the length of both tensors.
+        unsafe { *y.add(e as usize) = *x.add(e as usize) };
+    }
+}

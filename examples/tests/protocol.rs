@@ -10,8 +10,8 @@ use megaops::{
     AsyncOptions, AsyncStream, DataTiling, Device, DynGrid, DynRows, Error, Irregular, LaunchOptions, LaunchTarget, R2,
     ReleaseNext, Result, Stream, Tensor, Tiled,
 };
-use megaops_examples::protocol::{busy, pattern, produce, row_sums, stamp};
-use std::time::Duration;
+use megaops_examples::protocol::{busy, flat_copy, next_row_stencil, pattern, produce, row_sums, stamp, stamp_values};
+use std::time::{Duration, Instant};
 
 fn expected_sums(m: u32, n: u32, seed: u32) -> Vec<f64> {
     (0..m)
@@ -277,6 +277,152 @@ fn a_missing_producer_is_reported_with_kernel_cta_tensor_and_progress() -> Resul
     assert!(msg.contains("row_sums CTA (0) waits on y[0] = 0 of 1 signals"), "{msg}");
     assert!(msg.contains("row_sums CTA (1) waits on y[2] = 0 of 1 signals"), "{msg}");
     Ok(())
+}
+
+#[test]
+fn a_missing_producer_beside_a_spinning_kernel_times_out_as_on_the_gpu() -> Result<()> {
+    for seed in 0..3 {
+        let dev = cpu_device(seed)?;
+        let s = AsyncStream::new(&dev, 2)?;
+        let mut y = Tiled::<f32, DynRows>::new(&dev, &[12, 8], DynRows(4), "y")?;
+        let mut sums = Tensor::<f32>::zeros(&dev, &[12])?;
+        y.plant_missing_producer("produce", &[4, 0]);
+        // Other work, innocent: it spins 30 s on %globaltimer.
+        busy::launch(&s, 30_000_000_000, 4)?;
+        let opts = LaunchOptions::config(0).timeout(Duration::from_secs(2));
+        row_sums::launch_with(&s, &opts, &y, &mut sums, 12, 8)?;
+        let wall = Instant::now();
+        let msg = s.synchronize().expect_err("nobody produces y").to_string();
+        // The GPU's report: the waits that timed out after the launch's 2 s (of the virtual
+        // clock), the producer y expects, one line per wait with tensor, tile and signals.
+        let first = msg.lines().next().unwrap_or_default();
+        assert!(
+            first.contains(
+                " tile wait(s) timed out (limit 2.0s); expected producer: `y` from `produce` (recorded, never launched)"
+            ),
+            "{msg}"
+        );
+        let waits: Vec<&str> = msg.lines().skip(1).collect();
+        assert!(!waits.is_empty(), "{msg}");
+        for w in waits {
+            let w = w.trim();
+            assert!(
+                w.starts_with("row_sums CTA (")
+                    && w.contains(") waited 2.0 s on y[")
+                    && w.ends_with("] = 0 of 1 signals"),
+                "{msg}"
+            );
+        }
+        assert!(!msg.contains("busy") && !msg.contains("hang"), "{msg}");
+        assert!(wall.elapsed() < Duration::from_secs(30), "{:?}", wall.elapsed());
+        // The device recovers: the next program runs.
+        let got = chain(&dev, &s, 40, 8, DynRows(8), 0, 0, 1, 0)?;
+        check_sums("after the timeout", &got, 40, 8, 1);
+    }
+    Ok(())
+}
+
+#[test]
+fn a_kernel_spinning_ten_seconds_on_the_clock_is_not_a_hang() -> Result<()> {
+    let dev = cpu_device(3)?;
+    let s = AsyncStream::new(&dev, 2)?;
+    let (m, n) = (24u32, 8u32);
+    let wall = Instant::now();
+    busy::launch(&s, 10_000_000_000, 8)?;
+    // A producer that spins 10 s before it writes, and a consumer whose waits allow 30 s.
+    let mut y = Tiled::<f32, DynRows>::new(&dev, &[m as usize, n as usize], DynRows(8), "y")?;
+    let mut sums = Tensor::<f32>::full(&dev, &[m as usize], f32::NAN)?;
+    produce::launch_with(&s, &LaunchOptions::config(0), &mut y, m, n, 5, 10_000_000_000)?;
+    let opts = LaunchOptions::config(0).timeout(Duration::from_secs(30));
+    row_sums::launch_with(&s, &opts, &y, &mut sums, m, n)?;
+    check_sums("after 10 s spins", &sums.to_vec()?, m, n, 5);
+    assert!(wall.elapsed() < Duration::from_secs(30), "{:?}", wall.elapsed());
+    Ok(())
+}
+
+#[test]
+fn a_stencil_that_reads_the_next_data_tile_is_reported() -> Result<()> {
+    let (m, n) = (8u32, 8u32);
+    let run = |dev: &Device, within_tile: u32| -> Result<Vec<f32>> {
+        let s = AsyncStream::new(dev, 2)?;
+        let mut x = Tiled::<f32, DynRows>::new(dev, &[8, 8], DynRows(4), "x")?;
+        let mut y = Tensor::<f32>::zeros(dev, &[8, 8])?;
+        produce::launch_with(&s, &LaunchOptions::config(1), &mut x, m, n, 9, 0)?;
+        next_row_stencil::launch(&s, &x, &mut y, m, n, within_tile)?;
+        y.to_vec()
+    };
+    for seed in 0..4 {
+        // Reads within the kernel tile's own rows: nothing to report, right values.
+        let dev = cpu_device(seed)?;
+        let y = run(&dev, 1)?;
+        for i in 0..m {
+            let next = (i + 1).min(i / 4 * 4 + 3);
+            for j in 0..n {
+                let want = pattern(i, j, 9) + pattern(next, j, 9);
+                assert_eq!(y[(i * n + j) as usize], want, "({i}, {j})");
+            }
+        }
+        // CTA 0 (rows 0..4, data tile x[0]) reads row 4, in data tile x[1], which it never
+        // waited for: on a GPU a race with the producer, here an error every time.
+        let err = run(&dev, 0).expect_err("an out-of-tile read");
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Tiling(_)), "{msg}");
+        // (Which of the threads that read row 4 is first depends on the seed.)
+        assert!(
+            msg.starts_with("CPU backend: out-of-tile read: next_row_stencil CTA (0), thread (")
+                && msg.contains(", read x[4, ")
+                && msg.contains(
+                    "] in data tile x[1] but waited only for x[0]. On a GPU this read races with the producer of x[1]"
+                ),
+            "{msg}"
+        );
+        // The device recovers.
+        run(&dev, 1)?;
+    }
+    // The check is on in builds with debug assertions (tests); off, nothing notices.
+    if cfg!(debug_assertions) {
+        let dev = Device::cpu(megaops::VgpuConfig {
+            check_reads: false,
+            ..megaops::VgpuConfig::default()
+        })?;
+        run(&dev, 0)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn index_ranges_past_u32_are_launch_errors() -> Result<()> {
+    let dev = cpu_device(4)?;
+    let s = Stream::new(&dev)?;
+    let x = Tensor::<f32>::full(&dev, &[16], 1.5)?;
+    let mut y = Tensor::<f32>::zeros(&dev, &[16])?;
+    // `x[m * n]`: 70000 · 70000 overflows the u32 the kernel computes it in.
+    let e = flat_copy::launch(&s, &x, &mut y, 70_000, 70_000)
+        .expect_err("overflow")
+        .to_string();
+    assert!(
+        e.starts_with(
+            "cannot launch `flat_copy`: the extent of axis `i`: `m * n` overflows `u32` with m = 70000, n = 70000; \
+             the kernel computes it in `u32` too"
+        ),
+        "{e}"
+    );
+    flat_copy::launch(&s, &x, &mut y, 4, 4)?;
+    assert_eq!(y.to_vec()?, vec![1.5; 16]);
+    // u32::MAX elements in 2^25 kernel tiles of 128: the last tile ends at 2^32, past the
+    // u32 indices of the kernel (the launch is refused before it looks at the tensor).
+    let mut z = Tensor::<u32>::zeros(&dev, &[16])?;
+    let e = stamp_values::launch(&s, &mut z, u32::MAX, 0, 0)
+        .expect_err("range")
+        .to_string();
+    assert!(
+        e.starts_with(
+            "cannot launch `stamp_values`: the kernel tiles of `y` along dimension 0 (33554432 tiles of 128 elements, \
+             grid axis 0) end at element 4294967296, past the u32 range of a kernel's indices"
+        ),
+        "{e}"
+    );
+    s.synchronize()
 }
 
 #[test]

@@ -88,6 +88,7 @@ macro_rules! ld_global_v4 {
             #[cfg(not(target_arch = "nvptx64"))]
             {
                 check_align(p as usize, 16, concat!(stringify!($name), ": misaligned address (needs 16 bytes)"));
+                crate::cpu::hooks::check_read(p.cast(), 16);
                 // SAFETY: the caller guarantees 16 valid bytes; alignment checked above.
                 unsafe { p.cast::<[u32; 4]>().read() }
             }
@@ -137,6 +138,7 @@ macro_rules! ld_global_v2 {
             #[cfg(not(target_arch = "nvptx64"))]
             {
                 check_align(p as usize, 8, concat!(stringify!($name), ": misaligned address (needs 8 bytes)"));
+                crate::cpu::hooks::check_read(p.cast(), 8);
                 // SAFETY: the caller guarantees 8 valid bytes; alignment checked above.
                 unsafe { p.cast::<[u32; 2]>().read() }
             }
@@ -278,6 +280,7 @@ macro_rules! cp_async {
             {
                 check_align(src as usize, $n, concat!(stringify!($name), ": misaligned source address"));
                 check_align(dst.as_ptr() as usize, $n, concat!(stringify!($name), ": misaligned shared address"));
+                crate::cpu::hooks::check_read(src, $n);
                 // SAFETY: the caller guarantees both ranges; they do not overlap (different
                 // state spaces).
                 unsafe { core::ptr::copy_nonoverlapping(src, dst.as_ptr(), $n) }
@@ -337,6 +340,7 @@ pub unsafe fn cp_async_cg_16_zfill(dst: SharedPtr<u8>, src: *const u8, src_size:
             crate::cpu::hooks::trap("cp_async_cg_16_zfill: src_size > 16");
         }
         let n = src_size as usize;
+        crate::cpu::hooks::check_read(src, n);
         // SAFETY: the caller guarantees `n` readable source bytes and 16 writable
         // destination bytes.
         unsafe {

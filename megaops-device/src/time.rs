@@ -6,8 +6,8 @@ use crate::cpu::hooks;
 /// Suspends the calling thread for about `ns` nanoseconds (the hardware guarantees
 /// `[0, 2 * ns]`, at most 1 ms). Use it as back-off in spin loops.
 ///
-/// Emits `nanosleep.u32 ns;` (sm_70+). Host: `hooks::yield_now()` (lets the other threads
-/// of the virtual GPU run; the virtual clock is the scheduler's business).
+/// Emits `nanosleep.u32 ns;` (sm_70+). Host: `hooks::sleep()` (lets the other threads of
+/// the virtual GPU run; the virtual clock is the scheduler's business).
 #[inline(always)]
 pub fn nanosleep(ns: u32) {
     #[cfg(target_arch = "nvptx64")]
@@ -18,7 +18,7 @@ pub fn nanosleep(ns: u32) {
     #[cfg(not(target_arch = "nvptx64"))]
     {
         let _ = ns;
-        hooks::yield_now()
+        hooks::sleep()
     }
 }
 

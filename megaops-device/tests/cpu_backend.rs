@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use megaops_device::Dim3;
 use megaops_device::cpu::{CpuError, CpuLaunch, ThreadWait, VgpuConfig, VirtualGpu, hooks};
-use megaops_device::sync::WaitSite;
+use megaops_device::sync::{ErrorLog, WaitSite};
 
 const FULL: u32 = u32::MAX;
 
@@ -998,5 +998,139 @@ fn only_ctas_from_begin_cta_on_raise_the_begin_flag() {
             let want = if raised { 7 } else { 0 };
             assert_eq!(flag.load(Ordering::SeqCst), want, "begin_cta {begin_cta}, seed {seed}");
         }
+    }
+}
+
+/// Spins until `ns` of `%globaltimer` have passed, with `nanosleep` between reads (as
+/// a kernel that waits on the clock does).
+fn spin_on_the_clock(ns: u64) {
+    use megaops_device::time::{global_timer, nanosleep};
+    let start = global_timer();
+    while global_timer().wrapping_sub(start) < ns {
+        nanosleep(1000);
+    }
+}
+
+#[test]
+fn a_kernel_spinning_ten_seconds_on_the_clock_is_not_a_hang() {
+    for seed in 0..3 {
+        let gpu = VirtualGpu::new(cfg(100 + seed));
+        let s = gpu.create_stream();
+        let wall = Instant::now();
+        gpu.launch(
+            s,
+            CpuLaunch::new("spinner", x(4), x(64), || spin_on_the_clock(10_000_000_000)),
+        )
+        .expect("valid launch");
+        gpu.synchronize().expect("a 10 s spin on the clock ends");
+        let stats = gpu.stats();
+        assert!(stats.virtual_ns >= 10_000_000_000, "{stats:?}");
+        // 256 threads polling the clock: at 10 ns per switch that would be 10⁹ switches
+        // (and a hang after max_idle_switches = 200000).
+        assert!(stats.switches < 200_000, "{stats:?}");
+        assert!(wall.elapsed() < Duration::from_secs(10), "{:?}", wall.elapsed());
+    }
+}
+
+#[test]
+fn a_tile_wait_times_out_beside_a_kernel_spinning_on_the_clock() {
+    use megaops_device::sync::{self, CtaRemap, DimTiling, EPOCH_STRIDE, KernelCtx, TileSync};
+    let gpu = VirtualGpu::new(cfg(110));
+    let (a, b) = (gpu.create_stream(), gpu.create_stream());
+    // The innocent bystander: 20 s on the clock.
+    gpu.launch(
+        a,
+        CpuLaunch::new("spinner", x(2), x(32), || spin_on_the_clock(20_000_000_000)),
+    )
+    .expect("valid launch");
+    // A consumer of a tensor nobody produces, with a 2 s timeout and an error log.
+    let sem = sems(2);
+    let log = Arc::new(Mutex::new(ErrorLog::default()));
+    let log_ptr = {
+        let mut guard = log.lock().expect("not poisoned");
+        &raw mut *guard
+    };
+    let ctx = KernelCtx {
+        begin_flag: std::ptr::null_mut(),
+        begin_token: 0,
+        begin_cta: 0,
+        launch_id: 4,
+        remap: CtaRemap::IDENTITY,
+        tile_grid: [2, 1, 1, 1],
+        num_tiles: 2,
+        timeout_ns: 2_000_000_000,
+        errors: log_ptr,
+    };
+    let mut dims = [DimTiling::plain(1, 1); 4];
+    dims[0] = DimTiling::plain(64, 32);
+    let ts = TileSync {
+        sema: sem[0].as_ptr(),
+        tensor_id: 6,
+        target: EPOCH_STRIDE,
+        rank: 1,
+        dims,
+    };
+    let failed = Arc::new(AtomicU32::new(0));
+    let f = failed.clone();
+    gpu.launch(
+        b,
+        CpuLaunch::new("consumer", x(2), x(32), move || {
+            let c = hooks::block_idx().x;
+            let region = [(c * 32, c * 32 + 32), (0, 1), (0, 1), (0, 1)];
+            // SAFETY: `ts` describes 2 live semaphores, `ctx.errors` a live error log.
+            if !unsafe { sync::wait_input(&ctx, c, &ts, &region) } {
+                f.fetch_add(1, Ordering::Relaxed);
+            }
+        }),
+    )
+    .expect("valid launch");
+    let wall = Instant::now();
+    gpu.synchronize().expect("the spinner ends; the waits time out");
+    assert!(wall.elapsed() < Duration::from_secs(10), "{:?}", wall.elapsed());
+    // Every waiting thread gave its tile up; the first to time out recorded it as on the
+    // GPU (2 s of the clock, tensor, semaphore, value, target) and raised the abort flag.
+    assert_eq!(failed.load(Ordering::Relaxed), 64);
+    let log = *log.lock().expect("not poisoned");
+    assert_eq!(log.abort, 1);
+    assert!(log.count >= 1, "{log:?}");
+    let r = log.records[0];
+    assert_eq!(
+        (r.kind, r.launch_id, r.tensor_id, r.value, r.target),
+        (1, 4, 6, 0, EPOCH_STRIDE)
+    );
+    assert!(r.sem_index < 2 && r.tile == r.sem_index, "{r:?}");
+    assert!((2_000_000_000..2_001_000_000).contains(&r.waited_ns), "{r:?}");
+    assert!(gpu.stats().virtual_ns >= 20_000_000_000);
+}
+
+#[test]
+fn a_spin_on_the_clock_that_never_ends_is_a_hang_in_virtual_time() {
+    let gpu = VirtualGpu::new(VgpuConfig {
+        max_idle_virtual_ns: 60_000_000_000,
+        ..cfg(111)
+    });
+    let s = gpu.create_stream();
+    let flag = Arc::new(AtomicU32::new(0));
+    let f = flag.clone();
+    gpu.launch(
+        s,
+        CpuLaunch::new("sleeper", x(1), x(1), move || {
+            // A flag spin with nanosleep back-off, the flag read without yielding.
+            while f.load(Ordering::Relaxed) == 0 {
+                megaops_device::time::nanosleep(100);
+            }
+        }),
+    )
+    .expect("valid launch");
+    match gpu.synchronize() {
+        Err(CpuError::Hang(r)) => {
+            let text = r.to_string();
+            assert!(text.starts_with("hang: no progress for "), "{text}");
+            assert!(
+                text.contains("s of virtual time (max_idle_virtual_ns = 60000000000)"),
+                "{text}"
+            );
+        }
+        other => panic!("expected a hang, got {other:?}"),
     }
 }

@@ -528,6 +528,7 @@ impl LaunchTarget for AsyncStream {
                         tile_grid: vec![1],
                         tensors: vec![],
                         waits_for: Some(prev_kernel.to_string()),
+                        timeout_ns: launch.ctx.timeout_ns,
                     },
                 );
                 Some((token, ctx))

@@ -7,7 +7,7 @@ use crate::buffer::Buffer;
 use crate::error::{CudaContext as _, Error, Result, SyncFailure};
 use crate::notes::LaunchNotes;
 use crate::tensor::Tensor;
-use megaops_device::cpu::{CpuError, VgpuConfig};
+use megaops_device::cpu::{CpuError, SemaphoreWait, VgpuConfig};
 use megaops_device::sync::ErrorLog;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -246,35 +246,49 @@ impl Device {
         None
     }
 
-    /// Turns a CPU-backend stop into the same errors the GPU gives.
+    /// Turns a CPU-backend stop into the same errors the GPU gives: a deadlock or a hang
+    /// with the tensor, data tile and expected producer of every blocked wait; an
+    /// out-of-tile read with the tensor's name.
     pub(crate) fn cpu_error(&self, e: CpuError) -> Error {
         match e {
             CpuError::Deadlock(report) => {
-                let notes = self.notes();
-                let waits = report
-                    .waits
-                    .iter()
-                    .map(|w| notes.describe_wait(&w.site, w.value))
-                    .collect();
-                let producers =
-                    notes.expected_producers(report.waits.iter().map(|w| (w.site.launch_id, w.site.tensor_id)));
-                drop(notes);
-                // The producers go on the headline's first line, before the state dump.
-                let report = report.to_string();
-                let (first, rest) = report.split_once('\n').unwrap_or((report.as_str(), ""));
-                let rest = if rest.is_empty() {
-                    String::new()
-                } else {
-                    format!("\n{rest}")
-                };
-                let mut headline = format!("CPU backend: {first}{producers}{rest}");
+                let waits = report.waits.clone();
+                self.blocked_waits(report.to_string(), &waits)
+            }
+            CpuError::Hang(report) => {
+                let waits = report.waits.clone();
+                self.blocked_waits(report.to_string(), &waits)
+            }
+            CpuError::OutOfTileRead(read) => {
+                let mut message = format!("CPU backend: {}", self.notes().describe_read(&read));
                 if let Some(note) = self.rearm_tickets() {
-                    headline = format!("{headline} {note}");
+                    message = format!("{message} {note}");
                 }
-                Error::Sync(SyncFailure { headline, waits })
+                Error::Tiling(message)
             }
             other => Error::Cpu(other.to_string()),
         }
+    }
+
+    /// A CPU-backend stop (`report`, its first line the headline) with its blocked
+    /// semaphore waits, as [`Error::Sync`].
+    fn blocked_waits(&self, report: String, blocked: &[SemaphoreWait]) -> Error {
+        let notes = self.notes();
+        let waits = blocked.iter().map(|w| notes.describe_wait(&w.site, w.value)).collect();
+        let producers = notes.expected_producers(blocked.iter().map(|w| (w.site.launch_id, w.site.tensor_id)));
+        drop(notes);
+        // The producers go on the headline's first line, before the state dump.
+        let (first, rest) = report.split_once('\n').unwrap_or((report.as_str(), ""));
+        let rest = if rest.is_empty() {
+            String::new()
+        } else {
+            format!("\n{rest}")
+        };
+        let mut headline = format!("CPU backend: {first}{producers}{rest}");
+        if let Some(note) = self.rearm_tickets() {
+            headline = format!("{headline} {note}");
+        }
+        Error::Sync(SyncFailure { headline, waits })
     }
 
     /// Reads the device error log; on a recorded timeout, clears it and returns the error.
@@ -298,12 +312,11 @@ impl Device {
         let n = (log.count as usize).min(log.records.len());
         let waits = log.records[..n].iter().map(|r| notes.describe_timeout(r)).collect();
         let producers = notes.expected_producers(log.records[..n].iter().map(|r| (r.launch_id, r.tensor_id)));
+        let limit = notes
+            .timeout_of(log.records[..n].iter().map(|r| r.launch_id))
+            .unwrap_or_else(|| self.wait_timeout());
         drop(notes);
-        let mut headline = format!(
-            "{} tile wait(s) timed out (limit {:.1?}){producers}",
-            log.count,
-            self.wait_timeout()
-        );
+        let mut headline = format!("{} tile wait(s) timed out (limit {limit:.1?}){producers}", log.count);
         if let Some(note) = rearm {
             headline = format!("{headline} {note}");
         }

@@ -399,6 +399,36 @@ impl<'a> KernelLaunch<'a> {
         Ok(())
     }
 
+    /// Checks that a synchronised parameter's declared geometry fits the kernel's `u32`
+    /// indices: every dimension, and every index a kernel tile along it reaches (the
+    /// kernel computes `axis * SIZE + i` in `u32`; past `u32::MAX` that would wrap onto
+    /// other elements).
+    fn check_index_range(&self, param: &str, shape: &[u64], tile: &[TileDim]) -> Result<()> {
+        const LIMIT: u64 = u32::MAX as u64;
+        if let Some((d, size)) = shape.iter().enumerate().find(|&(_, &s)| s > LIMIT) {
+            return Err(self.err(format!(
+                "dimension {d} of `{param}` is {size} elements, more than the u32 indices of a kernel reach \
+                 (u32::MAX = {LIMIT}): split the tensor"
+            )));
+        }
+        for (d, td) in tile.iter().enumerate() {
+            let (Some(axis), Some(&n)) = (td.axis, td.axis.and_then(|a| self.tile_grid.get(a))) else {
+                continue;
+            };
+            let end = (n as u64).saturating_mul(td.size);
+            if end > LIMIT {
+                return Err(self.err(format!(
+                    "the kernel tiles of `{param}` along dimension {d} ({n} tiles of {} elements, grid axis {axis}) \
+                     end at element {end}, past the u32 range of a kernel's indices (u32::MAX = {LIMIT}), where \
+                     indices and tile ends would wrap onto other elements: use fewer or smaller tiles, or split the \
+                     tensor",
+                    td.size
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Binds a plain pointer parameter (read-only) with the shape the kernel declared with
     /// `tensor(p[...])` / `scratch(p[len])`.
     pub fn ptr<T: DType>(&mut self, param: &str, x: &Tensor<T>, declared: Option<Declared<'_>>) -> Result<u64> {
@@ -444,10 +474,10 @@ impl<'a> KernelLaunch<'a> {
         shape: &[u64],
         tile: &[TileDim],
     ) -> Result<(u64, TileSync)> {
+        self.check_index_range(param, shape, tile)?;
         let b = x.bind_input(self.kernel, param)?;
         self.check_device(param, &b.device)?;
         self.check_shape(param, &b.shape, shape)?;
-        let _ = tile;
         self.accesses.push(Access {
             buffer: b.data.clone(),
             write: false,
@@ -474,6 +504,7 @@ impl<'a> KernelLaunch<'a> {
         tile: &[TileDim],
         split_axis: Option<usize>,
     ) -> Result<(u64, TileSync)> {
+        self.check_index_range(param, shape, tile)?;
         let b = x.bind_output(self.kernel, param)?;
         self.check_device(param, &b.device)?;
         self.check_shape(param, &b.shape, shape)?;
@@ -495,7 +526,8 @@ impl<'a> KernelLaunch<'a> {
                         td.size
                     )));
                 }
-                ktile[d] = u32::try_from(td.size).map_err(|_| self.err("kernel tile larger than u32"))?;
+                // In range: check_index_range bounds tiles × size by u32::MAX.
+                ktile[d] = td.size as u32;
             }
         }
         let split = match split_axis {
@@ -611,6 +643,7 @@ impl<'a> KernelLaunch<'a> {
             tile_grid: self.tile_grid.clone(),
             tensors: self.tensors,
             waits_for: None,
+            timeout_ns: ctx.timeout_ns,
         };
         let prepared = PreparedLaunch {
             kernel: self.kernel,
@@ -645,6 +678,110 @@ impl<'a> KernelLaunch<'a> {
         }
         Ok(())
     }
+}
+
+/// Checked arithmetic for the launcher's evaluation of annotation expressions: the
+/// generated launcher computes every `+ - * / %` and `div_ceil` of a shape, tile size,
+/// extent, `block`, `smem` or `check(...)` through it, in the expression's own type (the
+/// type the kernel computes it in), and turns `None` (overflow, or division by zero) into
+/// [`overflow_error`]. Floats never fail.
+pub trait CheckedArith: Copy {
+    /// `self + rhs`, `None` on overflow.
+    fn checked_add(self, rhs: Self) -> Option<Self>;
+    /// `self - rhs`, `None` on overflow.
+    fn checked_sub(self, rhs: Self) -> Option<Self>;
+    /// `self * rhs`, `None` on overflow.
+    fn checked_mul(self, rhs: Self) -> Option<Self>;
+    /// `self / rhs`, `None` on division by zero or overflow.
+    fn checked_div(self, rhs: Self) -> Option<Self>;
+    /// `self % rhs`, `None` on division by zero or overflow.
+    fn checked_rem(self, rhs: Self) -> Option<Self>;
+    /// `self.div_ceil(rhs)`, `None` on division by zero or overflow.
+    fn checked_div_ceil(self, rhs: Self) -> Option<Self>;
+}
+
+macro_rules! checked_int {
+    ($($t:ty),*) => {$(
+        impl CheckedArith for $t {
+            fn checked_add(self, rhs: Self) -> Option<Self> { <$t>::checked_add(self, rhs) }
+            fn checked_sub(self, rhs: Self) -> Option<Self> { <$t>::checked_sub(self, rhs) }
+            fn checked_mul(self, rhs: Self) -> Option<Self> { <$t>::checked_mul(self, rhs) }
+            fn checked_div(self, rhs: Self) -> Option<Self> { <$t>::checked_div(self, rhs) }
+            fn checked_rem(self, rhs: Self) -> Option<Self> { <$t>::checked_rem(self, rhs) }
+            fn checked_div_ceil(self, rhs: Self) -> Option<Self> {
+                let q = <$t>::checked_div(self, rhs)?;
+                // Round towards +infinity: up when there is a remainder and the exact
+                // quotient is positive (always, for unsigned types).
+                #[allow(unused_comparisons)]
+                let up = self % rhs != 0 && ((self < 0) == (rhs < 0));
+                if up { q.checked_add(1) } else { Some(q) }
+            }
+        }
+    )*};
+}
+
+checked_int!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize);
+
+macro_rules! checked_float {
+    ($($t:ty),*) => {$(
+        impl CheckedArith for $t {
+            fn checked_add(self, rhs: Self) -> Option<Self> { Some(self + rhs) }
+            fn checked_sub(self, rhs: Self) -> Option<Self> { Some(self - rhs) }
+            fn checked_mul(self, rhs: Self) -> Option<Self> { Some(self * rhs) }
+            fn checked_div(self, rhs: Self) -> Option<Self> { Some(self / rhs) }
+            fn checked_rem(self, rhs: Self) -> Option<Self> { Some(self % rhs) }
+            fn checked_div_ceil(self, rhs: Self) -> Option<Self> { Some((self / rhs).ceil()) }
+        }
+    )*};
+}
+
+checked_float!(f32, f64);
+
+/// Where a checked operation of an annotation expression is (for [`checked_op`]'s error).
+#[derive(Clone, Copy, Debug)]
+pub struct OverflowSite {
+    /// The kernel.
+    pub kernel: &'static str,
+    /// The annotation, e.g. "the shape of `x`".
+    pub what: &'static str,
+    /// The operation, as written, e.g. `m * n`.
+    pub expr: &'static str,
+    /// A division (`/`, `%`, `div_ceil`): it can also divide by zero.
+    pub divides: bool,
+}
+
+/// One operation of an annotation expression in the launcher: `op(lhs, rhs)`, or a launch
+/// error naming the kernel, the annotation, the operation, its type and `values` (the
+/// parameters and constants the operation mentions) if it overflows or divides by zero.
+pub fn checked_op<T: CheckedArith>(
+    op: fn(T, T) -> Option<T>,
+    lhs: T,
+    rhs: T,
+    site: &OverflowSite,
+    values: &[(&str, &dyn std::fmt::Debug)],
+) -> Result<T> {
+    op(lhs, rhs).ok_or_else(|| {
+        let ty = std::any::type_name::<T>();
+        let values: Vec<String> = values.iter().map(|(n, v)| format!("{n} = {v:?}")).collect();
+        let with = if values.is_empty() {
+            String::new()
+        } else {
+            format!(" with {}", values.join(", "))
+        };
+        let fails = if site.divides {
+            "divides by zero or overflows"
+        } else {
+            "overflows"
+        };
+        Error::launch(
+            site.kernel,
+            format!(
+                "{}: `{}` {fails} `{ty}`{with}; the kernel computes it in `{ty}` too, where it would be wrong: use \
+                 smaller sizes, or compute it in a wider type (`(m as u64) * (n as u64)`)",
+                site.what, site.expr
+            ),
+        )
+    })
 }
 
 /// Checks that no data tile gets more producer signals than the protocol can count.

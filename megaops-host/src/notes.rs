@@ -2,7 +2,8 @@
 //! (launch id, tile, tensor id, semaphore index, value, target) into a sentence such as
 //! `matmul CTA (3,1) waited 5.0 s on y[2] = 1 of 3 signals`.
 
-use megaops_device::sync::tiling::{signals_received, target_of};
+use megaops_device::cpu::{TileRead, coords};
+use megaops_device::sync::tiling::{TileBox, signals_received, target_of};
 use megaops_device::sync::{DimTiling, ErrorRecord, MAX_RANK, WaitSite};
 use std::collections::BTreeMap;
 
@@ -59,6 +60,8 @@ pub(crate) struct LaunchNote {
     pub tensors: Vec<(u32, TensorNote)>,
     /// For AsyncStream wait kernels: the kernel whose start they wait for.
     pub waits_for: Option<String>,
+    /// Its tile-wait timeout in ns (`LaunchOptions::timeout` or the device's).
+    pub timeout_ns: u64,
 }
 
 /// Notes of recent launches, by launch id.
@@ -107,18 +110,7 @@ impl LaunchNotes {
         };
         let counts: Vec<u32> = t.dims.iter().map(HostDim::count).collect();
         let coords = tile_coords(site.sem_index, &counts);
-        // Name the data tile by the dimensions that are actually tiled: `y[2]` for rows.
-        let shown: Vec<u32> = coords
-            .iter()
-            .zip(&counts)
-            .filter(|(_, n)| **n > 1)
-            .map(|(c, _)| *c)
-            .collect();
-        let index = if shown.is_empty() {
-            "0".to_string()
-        } else {
-            fmt_coords(&shown).trim_matches(['(', ')']).to_string()
-        };
+        let index = tile_index(&coords, &counts);
         match t.producer {
             Some((ktile, split)) => {
                 let mut dims = [DimTiling::plain(0, 1); MAX_RANK];
@@ -185,6 +177,44 @@ impl LaunchNotes {
         }
     }
 
+    /// The tile-wait timeout of the given launches, if they all have the same one.
+    pub fn timeout_of(&self, launches: impl Iterator<Item = u32>) -> Option<std::time::Duration> {
+        let mut limits = launches.filter_map(|l| self.launches.get(&l)).map(|n| n.timeout_ns);
+        let first = limits.next()?;
+        limits
+            .all(|l| l == first)
+            .then(|| std::time::Duration::from_nanos(first))
+    }
+
+    /// `out-of-tile read: stencil CTA (1), thread (0,0,0), read x[8, 0] in data tile x[2]
+    /// but waited only for x[1]` (CPU backend, `VgpuConfig::check_reads`).
+    pub fn describe_read(&self, r: &TileRead) -> String {
+        let who = self.kernel_and_tile(r.launch_id, r.tile);
+        let name = self
+            .launches
+            .get(&r.launch_id)
+            .and_then(|l| l.tensors.iter().find(|(id, _)| *id == r.tensor_id))
+            .map_or_else(|| format!("tensor#{}", r.tensor_id), |(_, t)| t.name.clone());
+        let element = coords(&r.element).trim_matches(['(', ')']).to_string();
+        let tile = format!("{name}[{}]", tile_index(&r.data_tile, &r.tiles_per_dim));
+        let boxes: Vec<String> = r
+            .waited
+            .iter()
+            .filter(|b| !b.is_empty())
+            .map(|b| format!("{name}[{}]", box_index(b, &r.tiles_per_dim)))
+            .collect();
+        let waited = if boxes.is_empty() {
+            format!("before it waited for any data tile of `{name}`")
+        } else {
+            format!("but waited only for {}", boxes.join(" and "))
+        };
+        format!(
+            "out-of-tile read: {who}, thread ({},{},{}), read {name}[{element}] in data tile {tile} {waited}. On a GPU \
+             this read races with the producer of {tile}: declare what the kernel reads in its `input(...)` tile",
+            r.thread.x, r.thread.y, r.thread.z
+        )
+    }
+
     /// `matmul CTA (3,1) waits on y[2] = 1 of 3 signals` (CPU backend deadlock).
     pub fn describe_wait(&self, site: &WaitSite, value: i32) -> String {
         format!(
@@ -204,6 +234,40 @@ pub(crate) fn tile_coords(mut i: u32, grid: &[u32]) -> Vec<u32> {
         i /= n;
     }
     c
+}
+
+/// A data tile named by the dimensions that are actually tiled: `2` for a row tile of a
+/// tensor cut into rows, `1, 3` for a 2-D tiling, `0` for a tensor of one data tile.
+fn tile_index(coords: &[u32], counts: &[u32]) -> String {
+    let shown: Vec<String> = coords
+        .iter()
+        .zip(counts)
+        .filter(|(_, n)| **n > 1)
+        .map(|(c, _)| c.to_string())
+        .collect();
+    if shown.is_empty() {
+        "0".to_string()
+    } else {
+        shown.join(",")
+    }
+}
+
+/// A box of data tiles named as [`tile_index`] names one: `0..=1` for rows 0 and 1.
+fn box_index(b: &TileBox, counts: &[u32]) -> String {
+    let shown: Vec<String> = counts
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 1)
+        .map(|(d, _)| match b.count[d] {
+            1 => b.first[d].to_string(),
+            n => format!("{}..={}", b.first[d], b.first[d] + n - 1),
+        })
+        .collect();
+    if shown.is_empty() {
+        "0".to_string()
+    } else {
+        shown.join(",")
+    }
 }
 
 fn fmt_coords(c: &[u32]) -> String {
@@ -243,6 +307,7 @@ mod tests {
                 tile_grid: vec![4, 2],
                 tensors: vec![(11, y)],
                 waits_for: None,
+                timeout_ns: 5_000_000_000,
             },
         );
         n
@@ -288,6 +353,38 @@ mod tests {
             note()
                 .describe_timeout(&r)
                 .contains("launch #99 tile 1 waited 0.0 s on tensor#4[0] = 0, target 65536")
+        );
+    }
+
+    #[test]
+    fn out_of_tile_reads_name_the_tensor_element_and_tiles() {
+        let mut r = TileRead {
+            kernel: "matmul".into(),
+            block: megaops_device::Dim3::new(7, 0, 0),
+            thread: megaops_device::Dim3::new(3, 0, 0),
+            launch_id: 7,
+            tile: 7,
+            tensor_id: 11,
+            element: vec![128, 5],
+            data_tile: vec![2, 0],
+            tiles_per_dim: vec![4, 1],
+            waited: vec![TileBox {
+                first: [0, 0, 0, 0],
+                count: [2, 1, 0, 0],
+                rank: 2,
+            }],
+        };
+        assert_eq!(
+            note().describe_read(&r),
+            "out-of-tile read: matmul CTA (3,1), thread (3,0,0), read y[128, 5] in data tile y[2] but waited only for \
+             y[0..=1]. On a GPU this read races with the producer of y[2]: declare what the kernel reads in its \
+             `input(...)` tile"
+        );
+        r.waited.clear();
+        assert!(
+            note()
+                .describe_read(&r)
+                .contains("in data tile y[2] before it waited for any data tile of `y`."),
         );
     }
 

@@ -308,9 +308,10 @@ impl Kernel {
         axes
     }
 
-    /// The parameters the annotation's expressions mention (`block`, `smem`, `tiles`,
-    /// shapes, tile sizes): the device body may not use them otherwise.
-    pub fn params_in_annotation(&self) -> Vec<&Ident> {
+    /// Every expression of the annotation: `block`, `smem`, `min_ctas`, `tiles(...)`
+    /// extents, `tensor(...)`/`scratch(...)` dimensions, `check(...)` conditions, and the
+    /// shapes and tile sizes of `input(...)`/`output(...)`.
+    pub fn annotation_exprs(&self) -> Vec<&Expr> {
         let mut exprs: Vec<&Expr> = self.block.iter().chain(&self.smem).chain(&self.min_ctas).collect();
         exprs.extend(self.tiles.iter().flatten().map(|a| &a.extent));
         exprs.extend(self.tensors.iter().flat_map(|t| &t.shape));
@@ -322,6 +323,13 @@ impl Kernel {
                 TileCoord::Whole => None,
             }));
         }
+        exprs
+    }
+
+    /// The parameters the annotation's expressions mention (`block`, `smem`, `tiles`,
+    /// shapes, tile sizes): the device body may not use them otherwise.
+    pub fn params_in_annotation(&self) -> Vec<&Ident> {
+        let exprs = self.annotation_exprs();
         self.params
             .iter()
             .filter_map(|p| p.name.as_ref())

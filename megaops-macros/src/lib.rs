@@ -16,6 +16,8 @@
 //!   discovers user errors;
 //! - `fallback`: on error, the errors plus the user's function without helper attributes;
 //! - `paths`: every generated path, all through `::megaops::__private`;
+//! - `site`: whether the function sits in an `impl` or `trait` block (its source file
+//!   tells), where a kernel cannot go;
 //! - `text`: token streams as readable text (messages, docs, the `debug` dump).
 
 #![warn(missing_docs)]
@@ -26,6 +28,7 @@ mod ctxt;
 mod expand;
 mod fallback;
 mod paths;
+mod site;
 mod text;
 mod valid;
 mod valid_values;
@@ -104,13 +107,25 @@ use proc_macro2::TokenStream;
 /// - **Value limits.** A kernel tile `SIZE` of 0 and a `block` of 0 or more than 1024
 ///   threads are compile errors when they are integer literals or config constants with
 ///   literal values, launch errors otherwise.
+/// - **Free functions.** A kernel is a free function (at module level, or in a function
+///   body): the launcher module it gets cannot go into an `impl` or `trait` block, and a
+///   kernel there is an error that says so (the macro reads the source file to tell).
 /// - **Parameter types.** Sizes are `u32` on the device (the GPU's native index width);
 ///   tensor shapes are `usize` on the host. Launchers take the kernel's parameters as
 ///   declared, so pass `m as u32` (the launcher then checks each tensor's shape against
 ///   them, so a truncated size is a shape error, not a wrong result).
 /// - `DIM`, `SIZE`, `EXTENT`, `block` and `smem` are expressions of the parameters and
 ///   the config constants, evaluated by the launcher on the host and (`DIM`, `SIZE`) by
-///   the kernel on the device. More than one input is allowed.
+///   the kernel on the device. More than one input is allowed. A name in constant case
+///   (`BN`, `THREADS`) must be a `#[config]` constant (or a parameter or axis): a
+///   constant from outside the kernel is written with its crate path
+///   (`crate::kernels::TILE`; the expressions are also evaluated inside the launcher
+///   module, where `self::` means that module). The launcher evaluates every annotation
+///   expression in the types the kernel does, with checked arithmetic: a `+ - * / %` or
+///   `div_ceil` that overflows (or divides by zero) is a launch error naming the kernel,
+///   the annotation, the operation and the values of the parameters it mentions, instead
+///   of a wrapped size. So is a dimension past `u32::MAX`, or kernel tiles whose last one
+///   ends past `u32::MAX` (their `axis * SIZE + i` would wrap in the kernel's `u32`).
 /// - **Launch bounds.** `min_ctas = N` asks ptxas to fit `N` CTAs per SM (`.maxntid` from
 ///   `block`, `.minnctapersm N`), capping registers per thread the way CUDA's
 ///   `__launch_bounds__(threads, N)` does. `block` and `min_ctas` must then be constant
@@ -140,7 +155,12 @@ use proc_macro2::TokenStream;
 /// - nvptx64: `#[unsafe(no_mangle)] pub unsafe extern "ptx-kernel" fn name__cfg<i>(<the
 ///   parameters>, ctx: KernelCtx, <one TileSync per input/output, in signature order>)`;
 /// - host: `unsafe fn __megaops_cpu_name__cfg<i>(<same>)` with the kernel's visibility,
-///   the same body for the CPU backend (one generator emits both).
+///   the same body for the CPU backend (one generator emits both), which also feeds the
+///   CPU backend's out-of-tile read check (`VgpuConfig::check_reads`): it calls
+///   `watch_input` for each input at the start of each kernel tile, and every
+///   dereference, `.read()` or `ptr::read(..)` whose operand mentions an input goes
+///   through `ReadProbe`, which checks pointers and references and passes anything else
+///   unchanged.
 ///
 /// The body: the config constants; `kernel_begin_cta`; the tile
 /// `remap_tile(block_idx_x())`, returning if past the grid (persistent: a loop over
@@ -187,11 +207,16 @@ use proc_macro2::TokenStream;
 /// one case per message.
 #[proc_macro_attribute]
 pub fn kernel(attr: proc_macro::TokenStream, item: proc_macro::TokenStream) -> proc_macro::TokenStream {
-    expand_kernel(attr.into(), item.into()).into()
+    expand_kernel(attr.into(), item.into(), site::container_of).into()
 }
 
-/// Parse → validate → expand, or the fallback with every error found.
-fn expand_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
+/// Parse → validate → expand, or the fallback with every error found. `container` tells
+/// whether the function named so sits in an `impl` or `trait` block.
+fn expand_kernel(
+    attr: TokenStream,
+    item: TokenStream,
+    container: impl FnOnce(&str) -> Option<site::Container>,
+) -> TokenStream {
     let mut cx = ctxt::Ctxt::new();
     let func: syn::ItemFn = match syn::parse2(item.clone()) {
         Ok(f) => f,
@@ -203,6 +228,9 @@ fn expand_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
             return fallback::emit(vec![err], None, None).into_iter().chain(item).collect();
         }
     };
+    if let Some(c) = container(&func.sig.ident.to_string()) {
+        cx.error_spanned_by(&func.sig.ident, valid::not_free_message(&func.sig.ident, c));
+    }
     let kernel = ast::Kernel::from_syn(attr, func.clone(), &mut cx);
     valid::check(&kernel, &mut cx);
     if !cx.is_empty() {

@@ -66,6 +66,20 @@ paths! {
     error => "Error";
     /// Host: `Result<T, Error>`.
     result => "Result";
+    /// Host (CPU backend): starts the out-of-tile read check of an input for a kernel tile.
+    cpu_watch_input => "cpu_watch_input";
+    /// Host (CPU backend): wraps the operand of a read for the read check.
+    read_probe => "ReadProbe";
+    /// Host (CPU backend): the read check of pointers and references.
+    probe_pointer => "ProbePointer";
+    /// Host (CPU backend): every other operand passes unchanged.
+    probe_other => "ProbeOther";
+    /// Host: checked arithmetic for the launcher's evaluation of annotation expressions.
+    checked_arith => "CheckedArith";
+    /// Host: one checked operation of an annotation expression.
+    checked_op => "checked_op";
+    /// Host: where that operation is, for its error.
+    overflow_site => "OverflowSite";
 }
 
 /// Host: the rank type `R1` ... `R4`.

@@ -58,7 +58,7 @@ fn assert_error(attr: TokenStream, item: TokenStream, needle: &str) {
 
 /// The expansion as one line of text.
 fn expansion(attr: TokenStream, item: TokenStream) -> String {
-    tokens_text(expand_kernel(attr, item))
+    tokens_text(expand_kernel(attr, item, |_| None))
 }
 
 fn pos(haystack: &str, needle: &str) -> usize {
@@ -76,6 +76,39 @@ fn the_example_is_valid() {
     assert!(k.stmts[0].prefetch.is_some());
     assert!(k.stmts[1].prefetch.is_none());
     assert_eq!(k.docs.len(), 1);
+}
+
+#[test]
+fn annotation_constants_must_come_from_a_config() {
+    let item = quote! {
+        #[config(BM = 64, THREADS = 128)]
+        pub unsafe fn k(x: *const f32, y: *mut f32, m: u32, n: u32) {
+            *y = *x;
+        }
+    };
+    let attr = quote!(block = THREADS, input(x[m, n] = [pid: BM, _]), output(y[m, n] = [pid: BM, col: BN]));
+    let errs = errors(attr, item.clone());
+    assert_eq!(
+        errs,
+        [
+            "no `#[config]` defines `BN`; the #[config]s define `BM`, `THREADS`. Add `BN` to every #[config], or \
+          write a constant from outside the kernel with its crate path (`crate::BN`)"
+        ],
+    );
+    // Paths, parameters and axes are not config constants; `N` as a parameter is fine.
+    let attr = quote!(block = crate::THREADS, input(x[m, n] = [pid: BM, _]), output(y[m, n] = [pid: BM, _]));
+    assert!(errors(attr, item).is_empty());
+    let item = quote!(
+        pub unsafe fn k(y: *mut f32, N: u32) {
+            *y = 0.0;
+        }
+    );
+    assert!(errors(quote!(block = 32, output(y[N] = [i: 32])), item.clone()).is_empty());
+    assert_error(
+        quote!(block = THREADS, output(y[N] = [i: 32])),
+        item,
+        "no `#[config]` defines `THREADS` (this kernel has no #[config])",
+    );
 }
 
 #[test]
@@ -469,20 +502,35 @@ fn all_errors_are_reported_together() {
 #[test]
 fn wait_goes_before_the_first_reader_and_after_prefetch() {
     let out = expansion(matmul_attr(), matmul_item());
-    let cpu = &out[pos(&out, "unsafe fn __megaops_cpu_matmul__cfg0")..];
-    let prefetch = pos(cpu, "let w0 = *b;");
-    let row = pos(cpu, "let row = pid_m * BM;");
-    let wait = pos(
-        cpu,
-        "wait_input(&__megaops_ctx, __megaops_tile, &__megaops_sync_a, &__megaops_region_a)",
-    );
-    let read = pos(cpu, "let x = *a.add(row as usize);");
-    assert!(prefetch < row && row < wait && wait < read, "{cpu}");
+    let entry = &out[pos(&out, "fn matmul__cfg0")..pos(&out, "unsafe fn __megaops_cpu_matmul__cfg0")];
+    let cpu = &out[pos(&out, "unsafe fn __megaops_cpu_matmul__cfg0")..pos(&out, "fn matmul__cfg1")];
+    let wait_a = "wait_input(&__megaops_ctx, __megaops_tile, &__megaops_sync_a, &__megaops_region_a)";
+    for body in [entry, cpu] {
+        let prefetch = pos(body, "let w0 = *b;");
+        let row = pos(body, "let row = pid_m * BM;");
+        let wait = pos(body, wait_a);
+        let read = pos(body, "let x = *");
+        assert!(prefetch < row && row < wait && wait < read, "{body}");
+        // The signal comes after the body closure is called.
+        let call = pos(body, "__megaops_body();");
+        let signal = pos(body, "signal_output(&__megaops_sync_c, &__megaops_region_c");
+        assert!(read < call && call < signal, "{body}");
+    }
     assert!(!out.contains("prefetch"), "#[prefetch] must be stripped: {out}");
-    // The signal comes after the body closure is called.
-    let call = pos(cpu, "__megaops_body();");
-    let signal = pos(cpu, "signal_output(&__megaops_sync_c, &__megaops_region_c");
-    assert!(read < call && call < signal, "{cpu}");
+    assert!(entry.contains("let x = *a.add(row as usize);"), "{entry}");
+    // The CPU-backend body watches `a` for the tile and checks its read; `b` is a plain
+    // tensor, read as written.
+    let watch = pos(
+        cpu,
+        "::megaops::__private::cpu_watch_input(&__megaops_ctx, __megaops_tile, a as *const u8, \
+         ::core::mem::size_of::<bf16>(), &__megaops_sync_a);",
+    );
+    let probe = pos(cpu, "::megaops::__private::ReadProbe::new(a.add(row as usize)).probe()");
+    assert!(watch < pos(cpu, wait_a) && pos(cpu, wait_a) < probe, "{cpu}");
+    assert!(
+        !entry.contains("ReadProbe") && !entry.contains("cpu_watch_input"),
+        "{entry}"
+    );
 }
 
 #[test]
@@ -510,6 +558,7 @@ fn sync_parameters_follow_the_signature() {
                 *c = *a;
             }
         ),
+        |_| None,
     );
     let file: syn::File = syn::parse2(out).expect("expansion parses");
     let entry = file
@@ -562,7 +611,19 @@ fn launcher_binds_in_signature_order() {
         "{arm}"
     );
     assert!(arm.contains(".block([(THREADS) as u64, 1u64, 1u64])?"), "{arm}");
-    assert!(arm.contains(".dynamic_smem(((BM + BN) * BK * 2) as u64)?"), "{arm}");
+    // `(BM + BN) * BK * 2`, every operation checked in the constants' type.
+    let smem = pos(
+        arm,
+        ".dynamic_smem((::megaops::__private::checked_op(::megaops::__private::CheckedArith::checked_mul,",
+    );
+    let add = pos(
+        arm,
+        "::megaops::__private::checked_op(::megaops::__private::CheckedArith::checked_add, BM, BN, \
+         &::megaops::__private::OverflowSite { kernel: \"matmul\", what: \"`smem`\", expr: \"BM + BN\", divides: false }, \
+         &[(\"BM\", &BM as &dyn ::core::fmt::Debug), (\"BN\", &BN as &dyn ::core::fmt::Debug)],)?",
+    );
+    assert!(smem < add, "{arm}");
+    assert!(arm.contains("expr: \"(BM + BN) * BK * 2\", divides: false }"), "{arm}");
     assert!(arm.contains("const BM: u32 = 64;"), "{arm}");
     assert!(
         arm.contains(
@@ -721,7 +782,13 @@ fn declared_tensors_and_checks_are_checked_by_the_launcher() {
     };
     let out = expansion(attr, matmul_item());
     assert!(out.contains(".ptr(\"b\", b, ::core::option::Option::Some(::megaops::__private::Declared::Shape(&[(n) as u64, (k) as u64])))?"), "{out}");
-    let check = pos(&out, "if ! (k % 8 == 0)");
+    // The condition is evaluated with checked arithmetic (an overflow is an error too).
+    let check = pos(
+        &out,
+        "if ! ((::megaops::__private::checked_op(::megaops::__private::CheckedArith::checked_rem, k, 8, \
+         &::megaops::__private::OverflowSite { kernel: \"matmul\", what: \"the check `k % 8 == 0`\", expr: \"k % 8\", \
+         divides: true }, &[(\"k\", &k as &dyn ::core::fmt::Debug)],)?) == (0))",
+    );
     assert!(check < pos(&out, "KernelLaunch::new"), "{out}");
     assert!(out.contains("k must be a multiple of 8 (`k % 8 == 0`)"), "{out}");
     assert_error(

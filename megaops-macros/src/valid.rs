@@ -30,6 +30,7 @@ pub fn check(k: &Kernel, cx: &mut Ctxt) {
     check_split(k, &axes, cx);
     check_config_sets(k, cx);
     check_config_types(k, cx);
+    check_undefined_constants(k, &axes, cx);
     crate::valid_values::check_values(k, cx);
     check_name_clashes(k, &axes, cx);
     check_reads_and_writes(k, cx);
@@ -165,7 +166,11 @@ fn check_params(k: &Kernel, cx: &mut Ctxt) {
     for p in &k.params {
         if let ParamKind::Unsupported(what) = &p.kind {
             match &p.arg {
-                syn::FnArg::Receiver(r) => cx.error_spanned_by(r, "a kernel is a free function: remove `self`"),
+                syn::FnArg::Receiver(r) => cx.error_spanned_by(
+                    r,
+                    "kernels must be free functions: remove `self` (and move the kernel out of its `impl` block, \
+                     if it is in one)",
+                ),
                 syn::FnArg::Typed(pt) => {
                     let instead = match pointer_instead(&pt.ty) {
                         Some(ptr) => format!("write `{ptr}`"),
@@ -189,6 +194,16 @@ fn check_params(k: &Kernel, cx: &mut Ctxt) {
             );
         }
     }
+}
+
+/// The error for a kernel inside an `impl` or `trait` block.
+pub fn not_free_message(name: &Ident, c: crate::site::Container) -> String {
+    let block = c.block();
+    format!(
+        "kernels must be free functions: `{name}` is inside {block} block, but `#[megaops::kernel]` emits a \
+         launcher module `{name}` beside the function, which {block} block cannot hold; move `{name}` to module \
+         level (its launcher is then `{name}::launch`)"
+    )
 }
 
 /// The raw pointer to use instead of a reference or slice type.
@@ -569,6 +584,70 @@ fn check_config_types(k: &Kernel, cx: &mut Ctxt) {
                 );
             }
         }
+    }
+}
+
+/// A constant the annotation names without a path (`BN`, not `crate::BN`) is a `#[config]`
+/// constant (or a parameter or axis of that name): otherwise rustc would only say "cannot
+/// find value `BN` in this scope", at a place in the generated code.
+fn check_undefined_constants(k: &Kernel, axes: &[Axis], cx: &mut Ctxt) {
+    let mut known: Vec<String> = Vec::new();
+    for c in &k.configs {
+        for x in &c.consts {
+            if !known.contains(&x.name.to_string()) {
+                known.push(x.name.to_string());
+            }
+        }
+    }
+    let defined = names(known.clone());
+    known.extend(k.params.iter().filter_map(|p| p.name.as_ref().map(Ident::to_string)));
+    known.extend(axes.iter().map(|a| a.name.to_string()));
+    let mut reported: Vec<String> = Vec::new();
+    for e in k.annotation_exprs() {
+        let mut found = ConstantNames::default();
+        found.visit_expr(e);
+        for name in found.0 {
+            let text = name.to_string();
+            if known.contains(&text) || reported.contains(&text) {
+                continue;
+            }
+            let msg = if k.configs.iter().any(|c| c.attr.is_some()) {
+                format!(
+                    "no `#[config]` defines `{text}`; the #[config]s define {defined}. Add `{text}` to every \
+                     #[config], or write a constant from outside the kernel with its crate path (`crate::{text}`)"
+                )
+            } else {
+                format!(
+                    "no `#[config]` defines `{text}` (this kernel has no #[config]): add `#[config({text} = ...)]`, \
+                     or write a constant from outside the kernel with its crate path (`crate::{text}`)"
+                )
+            };
+            cx.error_spanned_by(&name, msg);
+            reported.push(text);
+        }
+    }
+}
+
+/// The single-identifier paths in constant case (`BN`, `THREADS`, `K2`) of an expression.
+#[derive(Default)]
+struct ConstantNames(Vec<Ident>);
+
+impl<'ast> Visit<'ast> for ConstantNames {
+    fn visit_expr_path(&mut self, p: &'ast syn::ExprPath) {
+        if p.qself.is_none()
+            && p.path.leading_colon.is_none()
+            && let Some(ident) = p.path.get_ident()
+        {
+            let text = ident.to_string();
+            let constant_case = text.chars().any(|c| c.is_ascii_uppercase())
+                && text
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+            if constant_case {
+                self.0.push(ident.clone());
+            }
+        }
+        syn::visit::visit_expr_path(self, p);
     }
 }
 

@@ -58,13 +58,32 @@ pub struct VgpuConfig {
     pub switch_ns: u64,
     /// Hang limit, in coroutine switches: a run stops with [`CpuError::Hang`] after this
     /// many consecutive switches without progress (a thread exiting, a barrier or
-    /// collective completing, a semaphore wait succeeding, a CTA being placed, a host
-    /// operation running). Catches spin loops (on atomics or `nanosleep`) that can never
-    /// end but that are not structurally visible as a deadlock. Deterministic.
+    /// collective completing, a semaphore wait ending, a CTA being placed, a host
+    /// operation running). Catches spin loops (on atomics) that can never end but that are
+    /// not structurally visible as a deadlock. Deterministic.
     pub max_idle_switches: u64,
+    /// Hang limit in virtual time: a run stops with [`CpuError::Hang`] after this many
+    /// virtual nanoseconds without progress while threads only wait on time (`nanosleep`,
+    /// `%globaltimer`; the clock then runs fast, see
+    /// [`super::hooks::global_timer_ns`]) and no semaphore wait has a deadline ahead (one
+    /// that has times out first). Catches time-based spins that can never end, e.g. on a
+    /// flag nobody writes, with `nanosleep` back-off; a kernel that spins on the clock for
+    /// less than this is left alone. Deterministic.
+    pub max_idle_virtual_ns: u64,
     /// Hang limit in wall-clock time without progress (as for `max_idle_switches`);
     /// `None` disables it. Not deterministic; a safety net for CI.
     pub hang_timeout: Option<Duration>,
+    /// Check that kernels read synchronised inputs only inside the data tiles they waited
+    /// for: a read outside them (which races with the producer on a GPU) stops the run
+    /// with [`CpuError::OutOfTileRead`], naming the kernel, CTA, thread, tensor, element
+    /// and data tile read and the data tiles waited for. Reads through dereferences and
+    /// `read()` calls whose operand mentions the input, and through the device library's
+    /// vector loads and `cp.async`, are checked (see `megaops_device::cpu::hooks::check_read`).
+    ///
+    /// Default: on in builds with debug assertions (so `cargo test` checks), off
+    /// otherwise; the environment variable `MEGAOPS_CHECK_READS=1` (or `=0`) turns it on
+    /// (off) in either.
+    pub check_reads: bool,
 }
 
 impl Default for VgpuConfig {
@@ -81,8 +100,20 @@ impl Default for VgpuConfig {
             cta_slice: 16,
             switch_ns: 10,
             max_idle_switches: 50_000_000,
+            max_idle_virtual_ns: 600_000_000_000,
             hang_timeout: Some(Duration::from_secs(60)),
+            check_reads: check_reads_default(),
         }
+    }
+}
+
+/// [`VgpuConfig::check_reads`]'s default: `MEGAOPS_CHECK_READS` if set to `1` or `0`,
+/// otherwise whether debug assertions are on.
+fn check_reads_default() -> bool {
+    match std::env::var("MEGAOPS_CHECK_READS").ok().as_deref() {
+        Some("1") => true,
+        Some("0") => false,
+        _ => cfg!(debug_assertions),
     }
 }
 

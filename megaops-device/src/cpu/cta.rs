@@ -23,6 +23,8 @@ pub(crate) struct CtaInfo {
     pub(crate) threads: Box<[ThreadCtx]>,
     /// The virtual GPU's clock in virtual nanoseconds.
     pub(crate) clock: Rc<Cell<u64>>,
+    /// Whether reads of synchronised inputs are checked ([`super::VgpuConfig::check_reads`]).
+    pub(crate) check_reads: bool,
 }
 
 /// Where a thread is.
@@ -79,6 +81,7 @@ impl Cta {
         smem: usize,
         entry: KernelEntry,
         clock: Rc<Cell<u64>>,
+        check_reads: bool,
     ) -> Option<Self> {
         let n = block.volume() as u32;
         let threads: Box<[ThreadCtx]> = (0..n as u64).map(|t| ThreadCtx::new(unlinear(t, block))).collect();
@@ -89,6 +92,7 @@ impl Cta {
             memory: CtaSharedMemory::new(smem)?,
             threads,
             clock,
+            check_reads,
         };
         Some(Cta {
             seq,

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use super::reads::TileRead;
 use super::report::{DeadlockReport, HangReport, Xyz};
 use super::stream::StreamId;
 use crate::Dim3;
@@ -9,8 +10,8 @@ use crate::Dim3;
 /// Why a virtual-GPU call failed.
 ///
 /// Errors from a run ([`Self::KernelPanic`], [`Self::StackOverflow`],
-/// [`Self::IllegalSync`], [`Self::HostOpPanic`], [`Self::Deadlock`], [`Self::Hang`],
-/// [`Self::Resource`]) discard all pending work of the virtual GPU, which then accepts new
+/// [`Self::IllegalSync`], [`Self::OutOfTileRead`], [`Self::HostOpPanic`],
+/// [`Self::Deadlock`], [`Self::Hang`], [`Self::Resource`]) discard all pending work of the virtual GPU, which then accepts new
 /// work.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -69,6 +70,9 @@ pub enum CpuError {
         /// The panic message.
         message: String,
     },
+    /// A kernel thread read a synchronised input outside the data tiles it waited for
+    /// ([`super::VgpuConfig::check_reads`]).
+    OutOfTileRead(Box<TileRead>),
     /// No thread can run and work remains.
     Deadlock(DeadlockReport),
     /// Threads keep running without progress.
@@ -122,6 +126,7 @@ impl fmt::Display for CpuError {
                 Xyz(*thread)
             ),
             CpuError::HostOpPanic { stream, message } => write!(f, "host operation on {stream} panicked: {message}"),
+            CpuError::OutOfTileRead(r) => r.fmt(f),
             CpuError::Deadlock(r) => r.fmt(f),
             CpuError::Hang(r) => r.fmt(f),
             CpuError::Resource(m) => write!(f, "virtual GPU out of resources: {m}"),

@@ -5,8 +5,8 @@
 //! a message that says so (except [`yield_now`], which then yields the host thread).
 //!
 //! Hooks that wait ([`barrier`], [`barrier_reduce`], [`warp_exchange`], [`yield_now`],
-//! [`wait_until`]) suspend the calling thread's coroutine and let the scheduler run other
-//! threads. Misuse that can never work (a barrier id out of range, a lane missing from its
+//! [`sleep`], [`global_timer_ns`], [`wait_until`], [`wait_until_deadline`]) suspend the
+//! calling thread's coroutine and let the scheduler run other threads. Misuse that can never work (a barrier id out of range, a lane missing from its
 //! own mask, an oversized exchange value) panics in the calling thread, which the virtual
 //! GPU reports as [`super::CpuError::KernelPanic`].
 
@@ -15,11 +15,12 @@ use std::mem::size_of;
 use std::ptr;
 
 use super::barrier::NUM_BARRIERS;
+use super::reads::Watch;
 use super::thread::{Request, in_kernel, with_current};
 use super::wait::site_reached;
 use super::warp::{MAX_VALUE_SIZE, WARP_SIZE};
 use crate::Dim3;
-use crate::sync::WaitSite;
+use crate::sync::{ErrorLog, KernelCtx, TileSync, WaitSite};
 
 /// `%tid` of the calling thread.
 pub fn thread_idx() -> Dim3 {
@@ -168,8 +169,8 @@ pub fn static_shared(key: *const u8, size: usize, align: usize) -> *mut u8 {
     })
 }
 
-/// A scheduling point: lets other threads run (used by spins, `nanosleep`, atomic loads).
-/// Outside a kernel it yields the host thread.
+/// A scheduling point: lets other threads run (used by spins on atomics: loads, `cas`,
+/// `exch`). Outside a kernel it yields the host thread.
 pub fn yield_now() {
     if in_kernel() {
         with_current("yield_now", |_, t, _| t.suspend(Request::Yield));
@@ -178,18 +179,40 @@ pub fn yield_now() {
     }
 }
 
-/// `%globaltimer`: nanoseconds of the virtual GPU's clock.
+/// A scheduling point of a thread that waits on time (`nanosleep`): lets other threads
+/// run. While every runnable thread only waits on time and nothing progresses, the
+/// virtual clock advances faster (see [`global_timer_ns`]). Outside a kernel it yields the
+/// host thread.
+pub fn sleep() {
+    if in_kernel() {
+        with_current("sleep", |_, t, _| t.suspend(Request::Sleep));
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// `%globaltimer`: nanoseconds of the virtual GPU's clock. Reading it is a scheduling
+/// point (as [`sleep`]), so that a loop polling the clock lets the other threads run.
 ///
 /// The clock is virtual and deterministic: it advances by
-/// [`super::VgpuConfig::switch_ns`] per coroutine switch and by 1 ns per read (so that a
-/// loop polling it without yielding still sees time pass). Semaphore waits do not use it
-/// on this backend: they block in [`wait_until`] and deadlocks are found structurally.
+/// [`super::VgpuConfig::switch_ns`] per coroutine switch and by 1 ns per read; and when a
+/// whole round of threads did nothing but wait on time (`nanosleep`, reads of this clock)
+/// while nothing progressed, it jumps ahead, by 1 µs after the first such round and by
+/// twice as much after each next one (never past the earliest semaphore-wait deadline),
+/// so that a kernel that spins 10 s on `%globaltimer` takes a few dozen rounds, not 10⁹
+/// switches.
 pub fn global_timer_ns() -> u64 {
-    with_current("global_timer_ns", |cta, _, _| {
+    with_current("global_timer_ns", |cta, t, _| {
+        t.suspend(Request::Sleep);
         let now = cta.clock.get().wrapping_add(1);
         cta.clock.set(now);
         now
     })
+}
+
+/// The virtual clock without a scheduling point (for the sync runtime's timeouts).
+pub(crate) fn clock_now() -> u64 {
+    with_current("clock_now", |cta, _, _| cta.clock.get())
 }
 
 /// `%clock64`: a per-SM cycle counter of the virtual GPU. Derived from the virtual clock
@@ -199,21 +222,54 @@ pub fn clock64() -> u64 {
 }
 
 /// Blocks the calling thread until the semaphore reaches its target, i.e.
-/// `(*site.sem).wrapping_sub(site.target) as i32 >= 0`. Returns `true` then, and `false`
-/// when the virtual GPU gives the wait up (a deadlock was detected and is being reported).
-/// While blocked, the thread is reported in a [`super::DeadlockReport`] with its site.
-///
-/// A satisfied wait returns at once, without a switch. A blocked thread costs one load
-/// of the semaphore per scheduling round. On this backend a wait that is given up does
-/// not return `false`: the virtual GPU discards the thread and unwinds its stack (running
-/// destructors), so code after a failed wait never runs.
-///
-/// `site.sem` must stay a valid, aligned `i32` while the thread waits and until a
-/// deadlock report that names it is built; it is read atomically.
+/// `(*site.sem).wrapping_sub(site.target) as i32 >= 0`, without a timeout: returns `true`
+/// then. While blocked, the thread is reported in a [`super::DeadlockReport`] with its
+/// site. As [`wait_until_deadline`] with no deadline and no error log.
 ///
 /// # Panics
 /// If `site.sem` is null or not aligned for an `i32`.
 pub fn wait_until(site: &WaitSite) -> bool {
+    wait_until_deadline(site, u64::MAX, std::ptr::null()) == WaitEnd::Reached
+}
+
+/// How a [`wait_until_deadline`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitEnd {
+    /// The semaphore reached its target.
+    Reached,
+    /// The virtual clock reached the deadline first; `value` is the semaphore's value then,
+    /// `now` the virtual time.
+    TimedOut {
+        /// The semaphore's last value.
+        value: i32,
+        /// Virtual time of the timeout, in ns.
+        now: u64,
+    },
+    /// The abort flag of the error log was raised (another wait failed).
+    Aborted,
+}
+
+/// Blocks the calling thread until the semaphore reaches its target (as [`wait_until`]),
+/// the virtual clock ([`global_timer_ns`]) reaches `deadline_ns`, or the abort flag of
+/// `errors` (null: none) is raised, whichever comes first. Of several waits on one error
+/// log that time out at the same scheduling point, the first reports
+/// [`WaitEnd::TimedOut`] and the others [`WaitEnd::Aborted`] (the first one's report
+/// raises the flag). The sync runtime's `wait_input` uses it with the launch's timeout
+/// (`LaunchOptions::timeout`), so a missing producer ends in the GPU's timeout record.
+///
+/// A satisfied wait returns at once, without a switch. A blocked thread costs one load
+/// of the semaphore per scheduling round. When no thread can run at all, the run stops
+/// with a [`super::DeadlockReport`] at once (no deadline is waited for): the virtual GPU
+/// then discards the thread and unwinds its stack (running destructors), so code after
+/// that wait never runs.
+///
+/// `site.sem` must stay a valid, aligned `i32` while the thread waits and until a
+/// deadlock report that names it is built; it is read atomically. `errors` is null or a
+/// valid error log for as long as the thread waits.
+///
+/// # Panics
+/// If `site.sem` is null or not aligned for an `i32`.
+pub fn wait_until_deadline(site: &WaitSite, deadline_ns: u64, errors: *const ErrorLog) -> WaitEnd {
     assert!(
         !site.sem.is_null() && site.sem.is_aligned(),
         "wait_until: semaphore pointer {:p} (tensor#{}[{}]) is null or misaligned",
@@ -222,11 +278,56 @@ pub fn wait_until(site: &WaitSite) -> bool {
         site.sem_index
     );
     with_current("wait_until", |_, t, _| {
-        if !site_reached(site) {
-            t.suspend(Request::Wait(*site));
+        if site_reached(site) {
+            return WaitEnd::Reached;
         }
-        true
+        t.suspend(Request::Wait {
+            site: *site,
+            deadline: deadline_ns,
+            errors,
+        });
+        t.wait_end()
     })
+}
+
+/// Starts the out-of-tile read check ([`super::VgpuConfig::check_reads`]) of a synchronised
+/// input for the calling thread's kernel tile `tile`: from now until its next kernel tile,
+/// a [`check_read`] of the input's elements (`elem_size` bytes each, from `data`, shaped
+/// by `sync`'s data tiling) outside the data tiles its `wait_input` calls on `sync`
+/// covered stops the run with [`super::CpuError::OutOfTileRead`]. `#[megaops::kernel]`'s
+/// CPU-backend body calls it for every input at the start of every kernel tile. A no-op
+/// when the check is off, for an input without semaphores (complete data), and outside a
+/// kernel.
+pub fn watch_input(ctx: &KernelCtx, tile: u32, data: *const u8, elem_size: usize, sync: &TileSync) {
+    if !sync.is_active() || !in_kernel() {
+        return;
+    }
+    with_current("watch_input", |cta, t, _| {
+        if cta.check_reads
+            && let Some(w) = Watch::new(ctx.launch_id, tile, data, elem_size, sync)
+        {
+            t.watch(w, sync);
+        }
+    });
+}
+
+/// Checks a read of `bytes` bytes at `addr` by the calling thread against the inputs it
+/// watches ([`watch_input`]): a read of an element outside the data tiles the thread
+/// waited for panics the thread, and the run stops with
+/// [`super::CpuError::OutOfTileRead`]. A no-op outside a kernel and for addresses outside
+/// the watched inputs, and for a read of 0 bytes.
+pub fn check_read(addr: *const u8, bytes: usize) {
+    if bytes == 0 || !in_kernel() {
+        return;
+    }
+    let bad = with_current("check_read", |_, t, _| {
+        let bad = t.bad_read_at(addr as usize, bytes)?;
+        t.set_bad_read(bad.clone());
+        Some(bad)
+    });
+    if let Some(bad) = bad {
+        panic!("{bad}");
+    }
 }
 
 /// `trap`: aborts the running kernel with `message`, reported as a kernel failure

@@ -17,14 +17,24 @@
 //!   different kernels share SMs. A kernel completes when its last CTA has finished.
 //! - **Threads**: each GPU thread runs the kernel entry on its own stackful coroutine.
 //!   Rounds resume every runnable thread once, in a seeded order; a thread runs until a
-//!   hook suspends it — a barrier, a warp collective, a yield (spins, `nanosleep`, atomic
-//!   loads) or a semaphore wait — or until it exits.
+//!   hook suspends it — a barrier, a warp collective, a yield (spins on atomics), a wait
+//!   on time (`nanosleep`, a read of `%globaltimer`) or a semaphore wait — or until it
+//!   exits.
+//! - **Time**: the virtual clock advances with every switch, and jumps ahead after rounds
+//!   in which every thread only waited on time and nothing progressed (see
+//!   [`hooks::global_timer_ns`]): a kernel that spins 10 s on the clock ends in a few
+//!   dozen rounds. Semaphore waits of the sync runtime time out after the launch's
+//!   timeout of that clock, and record the same error as on the GPU.
 //! - **Stops**: when no thread is runnable and work remains, the run stops with a
 //!   [`DeadlockReport`] (every blocked CTA with its semaphore, barrier or collective, and
 //!   the kernels that find no SM room). A run without progress for
-//!   [`VgpuConfig::max_idle_switches`] switches (or [`VgpuConfig::hang_timeout`]) stops
-//!   with a [`HangReport`]; a panicking kernel thread with [`CpuError::KernelPanic`].
-//!   The virtual GPU then discards the pending work and accepts new work.
+//!   [`VgpuConfig::max_idle_switches`] switches, [`VgpuConfig::max_idle_virtual_ns`] of
+//!   virtual time spent waiting on time with no wait deadline ahead, or
+//!   [`VgpuConfig::hang_timeout`] stops with a [`HangReport`]; a panicking kernel thread
+//!   with [`CpuError::KernelPanic`]; a read of a synchronised input outside the data
+//!   tiles the thread waited for with [`CpuError::OutOfTileRead`]
+//!   ([`VgpuConfig::check_reads`]). The virtual GPU then discards the pending work and
+//!   accepts new work.
 //!
 //! The same seed and the same sequence of host calls give the same interleaving;
 //! different seeds explore different legal ones (kernel order across streams, SM choice,
@@ -47,6 +57,7 @@ mod cta;
 mod dispatch;
 mod error;
 pub mod hooks;
+mod reads;
 mod report;
 mod rng;
 mod scheduler;
@@ -60,6 +71,10 @@ mod warp;
 
 pub use config::VgpuConfig;
 pub use error::CpuError;
+pub(crate) use reads::record_waited;
+#[doc(hidden)]
+pub use reads::{ProbeOther, ProbePointer, ReadProbe};
+pub use reads::{TileRead, coords, waited_text};
 pub use report::{
     CtaReport, DeadlockReport, HangReport, QueuedKernel, SemaphoreWait, StreamReport, ThreadGroup, ThreadWait,
 };

@@ -135,6 +135,9 @@ pub struct HangReport {
     pub reason: String,
     /// Every resident CTA; spinning threads show as [`ThreadWait::Runnable`].
     pub ctas: Vec<CtaReport>,
+    /// Every semaphore wait among them (one per CTA and site), in CTA order: what the
+    /// host runtime maps back to tensors, tiles and their expected producers.
+    pub waits: Vec<SemaphoreWait>,
     /// Dispatched kernels whose remaining CTAs find no SM with room.
     pub queued: Vec<QueuedKernel>,
     /// Streams whose next operation cannot start.

@@ -13,9 +13,13 @@
 //! sweeping thousands of stacks per round is memory-bound.
 //!
 //! When nothing is runnable at a scheduling point and the goal is not reached, no thread
-//! can ever run again: the run stops with a [`DeadlockReport`]. A run without progress
-//! for too long stops with a [`HangReport`]. Either way, and on kernel panics, all pending
-//! work is discarded.
+//! can ever run again: the run stops with a [`DeadlockReport`]. A round in which every
+//! thread that ran only waited on time (`nanosleep`, `%globaltimer`) and nothing
+//! progressed makes the virtual clock jump ahead (by 1 µs, doubling with each such round
+//! in a row, never past the earliest semaphore-wait deadline), so time-based spins end
+//! and wait timeouts fire in few rounds. A run without progress for too long (switches,
+//! virtual time with no wait deadline ahead, wall-clock time) stops with a [`HangReport`].
+//! Either way, and on kernel panics, all pending work is discarded.
 
 use std::cell::Cell;
 use std::mem::MaybeUninit;
@@ -74,7 +78,17 @@ pub(crate) struct Engine {
     /// Count of progress events (see `VgpuConfig::max_idle_switches`).
     progress: u64,
     idle_switches: u64,
+    /// Suspensions of the round being run that were not waits on time
+    /// (`Request::Yield`), and those that were (`Request::Sleep`).
+    round_yields: u64,
+    round_sleeps: u64,
+    /// The clock's jump after the last round that only waited on time (0: none).
+    skip_ns: u64,
 }
+
+/// The virtual clock's first jump after a round that only waited on time (the jump
+/// doubles with each such round in a row).
+const FIRST_SKIP_NS: u64 = 1_000;
 
 // SAFETY: an `Engine` holds coroutines (their stacks), `Rc`s and raw pointers that are
 // only ever touched by the host thread that holds the `Mutex<Engine>` of its
@@ -113,6 +127,9 @@ impl Engine {
             stats: VgpuStats::default(),
             progress: 0,
             idle_switches: 0,
+            round_yields: 0,
+            round_sleeps: 0,
+            skip_ns: 0,
             cfg,
         }
     }
@@ -140,6 +157,7 @@ impl Engine {
     fn run_loop(&mut self, queues: &Mutex<Queues>, goal: &Goal) -> Result<(), CpuError> {
         let mut seen_progress = self.progress;
         let mut last_progress_at = Instant::now();
+        let mut last_progress_clock = self.clock.get();
         loop {
             self.advance_streams(queues)?;
             self.place_ctas()?;
@@ -161,17 +179,37 @@ impl Engine {
             if self.progress != seen_progress {
                 seen_progress = self.progress;
                 self.idle_switches = 0;
+                self.skip_ns = 0;
+                last_progress_clock = self.clock.get();
                 if self.cfg.hang_timeout.is_some() {
                     last_progress_at = Instant::now();
                 }
-            } else if self.idle_switches >= self.cfg.max_idle_switches {
+            } else if self.round_yields == 0 && self.round_sleeps > 0 {
+                // Every thread that ran waited on time and nothing progressed: let time
+                // pass faster, up to the next semaphore-wait deadline. Such rounds are
+                // limited by virtual time, not by switches.
+                self.fast_forward();
+                self.idle_switches = 0;
+                let idle = self.clock.get().wrapping_sub(last_progress_clock);
+                if idle > self.cfg.max_idle_virtual_ns && self.waiters.earliest_deadline().is_none() {
+                    let reason = format!(
+                        "no progress for {:.1} s of virtual time (max_idle_virtual_ns = {}): threads keep waiting on \
+                         time (nanosleep, %globaltimer) but nothing they could wait for changes",
+                        idle as f64 * 1e-9,
+                        self.cfg.max_idle_virtual_ns
+                    );
+                    return Err(self.hang(queues, reason));
+                }
+            }
+            if self.progress == seen_progress && self.idle_switches >= self.cfg.max_idle_switches {
                 let reason = format!(
                     "no progress in {} coroutine switches (max_idle_switches = {}): threads keep yielding \
                      (spinning on atomics or nanosleep) but nothing they could wait for changes",
                     self.idle_switches, self.cfg.max_idle_switches
                 );
                 return Err(self.hang(queues, reason));
-            } else if let Some(limit) = self.cfg.hang_timeout
+            } else if self.progress == seen_progress
+                && let Some(limit) = self.cfg.hang_timeout
                 && last_progress_at.elapsed() > limit
             {
                 let reason = format!("no progress for {limit:?} of wall-clock time (hang_timeout)");
@@ -184,12 +222,32 @@ impl Engine {
     fn hang(&self, queues: &Mutex<Queues>, reason: String) -> CpuError {
         let q = lock(queues);
         let (ctas, queued, streams) = self.snapshot(&q);
+        let waits = semaphore_waits(&ctas);
         CpuError::Hang(HangReport {
             reason,
             ctas,
+            waits,
             queued,
             streams,
         })
+    }
+
+    /// Advances the virtual clock after a round in which every thread only waited on time:
+    /// by [`FIRST_SKIP_NS`], doubling with each such round in a row (so a spin of `t` ends
+    /// after about `log2(t / 1 µs)` rounds, at most about `2t`), and never past the
+    /// earliest semaphore-wait deadline (which then times out exactly).
+    fn fast_forward(&mut self) {
+        self.skip_ns = if self.skip_ns == 0 {
+            FIRST_SKIP_NS
+        } else {
+            self.skip_ns.saturating_mul(2)
+        };
+        let now = self.clock.get();
+        let mut to = now.saturating_add(self.skip_ns);
+        if let Some(deadline) = self.waiters.earliest_deadline() {
+            to = to.min(deadline.max(now));
+        }
+        self.clock.set(to);
     }
 
     /// Starts every stream operation that can start, in a seeded stream order, until
@@ -260,6 +318,7 @@ impl Engine {
                 k.smem,
                 Arc::clone(&k.entry),
                 Rc::clone(&self.clock),
+                self.cfg.check_reads,
             )
             .ok_or_else(|| CpuError::Resource(format!("cannot allocate {} B of shared memory", k.smem)))?;
             let n = cta.size();
@@ -281,12 +340,14 @@ impl Engine {
         Ok(())
     }
 
-    /// Makes the threads whose semaphore reached its target runnable.
+    /// Makes the threads whose semaphore wait ended (target reached, deadline passed,
+    /// abort raised) runnable.
     fn wake_waiters(&mut self) {
         let ctas = &mut self.ctas;
         let progress = &mut self.progress;
-        self.waiters.wake_ready(|r| {
+        self.waiters.wake_ready(self.clock.get(), |r, end| {
             if let Some(Some(cta)) = ctas.get_mut(r.cta as usize) {
+                cta.info.threads[r.thread as usize].set_wait_end(end);
                 cta.slots[r.thread as usize].state = ThreadState::Ready;
                 cta.runnable.push(r.thread);
                 *progress += 1;
@@ -296,6 +357,8 @@ impl Engine {
 
     /// Gives every CTA with runnable threads a turn, in a seeded order.
     fn run_round(&mut self) -> Result<(), CpuError> {
+        self.round_yields = 0;
+        self.round_sleeps = 0;
         let mut order = std::mem::take(&mut self.order);
         order.clear();
         order.extend(
@@ -412,10 +475,17 @@ impl Engine {
         };
         let t = r.thread as usize;
         match request {
-            Request::Yield => cta.runnable.push(r.thread),
-            Request::Wait(site) => {
+            Request::Yield => {
+                self.round_yields += 1;
+                cta.runnable.push(r.thread);
+            }
+            Request::Sleep => {
+                self.round_sleeps += 1;
+                cta.runnable.push(r.thread);
+            }
+            Request::Wait { site, deadline, errors } => {
                 cta.slots[t].state = ThreadState::Waiting(site);
-                self.waiters.push(r, site);
+                self.waiters.push(r, site, deadline, errors);
             }
             Request::Barrier { id, count, pred } => match cta.barriers.arrive(id, r.thread, count, pred, cta.live) {
                 Ok(Arrival::Wait) => cta.slots[t].state = ThreadState::Barrier(id),
@@ -460,6 +530,13 @@ impl Engine {
             return Ok(());
         };
         if let Err(message) = exit {
+            let ctx = &cta.info.threads[r.thread as usize];
+            if let Some(mut read) = ctx.take_bad_read() {
+                read.kernel = kernel_name(&self.dispatch, cta.seq);
+                read.block = cta.info.block_idx;
+                read.thread = ctx.tid;
+                return Err(CpuError::OutOfTileRead(read));
+            }
             return Err(CpuError::KernelPanic {
                 kernel: kernel_name(&self.dispatch, cta.seq),
                 block: cta.info.block_idx,
@@ -510,6 +587,7 @@ impl Engine {
         self.dispatch.clear();
         self.finished_kernels.clear();
         self.idle_switches = 0;
+        self.skip_ns = 0;
         lock(queues).discard_all();
     }
 

@@ -11,7 +11,7 @@
 //! calls the suspended threads may continue on another host thread.
 
 use std::any::{Any, TypeId};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::mem::MaybeUninit;
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr;
@@ -20,16 +20,21 @@ use std::rc::Rc;
 use corosensei::{Coroutine, Yielder};
 
 use super::cta::CtaInfo;
-use super::hooks::BarrierReduce;
+use super::hooks::{BarrierReduce, WaitEnd};
+use super::reads::{TileRead, Watch};
 use super::stack::{self, ArenaStack, StackPool};
 use super::vgpu::KernelEntry;
 use crate::Dim3;
-use crate::sync::WaitSite;
+use crate::sync::{ErrorLog, WaitSite};
 
 /// Why a thread suspended: what the scheduler must do before resuming it.
 pub(crate) enum Request {
-    /// Resume whenever (spins, `nanosleep`, atomic loads).
+    /// Resume whenever (spins on atomics).
     Yield,
+    /// Resume whenever, after a wait on time (`nanosleep`, a read of the clock): rounds in
+    /// which every thread only waits on time and nothing progresses advance the virtual
+    /// clock faster (see the scheduler).
+    Sleep,
     /// Arrive at a CTA barrier; `pred` is the `bar.red` contribution.
     Barrier {
         id: u32,
@@ -44,8 +49,13 @@ pub(crate) enum Request {
         value: *const u8,
         size: usize,
     },
-    /// Block until the semaphore reaches its target.
-    Wait(WaitSite),
+    /// Block until the semaphore reaches its target, the virtual clock reaches
+    /// `deadline` (a timeout), or the abort flag of `errors` (null: none) is raised.
+    Wait {
+        site: WaitSite,
+        deadline: u64,
+        errors: *const ErrorLog,
+    },
 }
 
 /// How a thread's entry ended: normally, or with a panic message.
@@ -65,6 +75,13 @@ pub(crate) struct ThreadCtx {
     floor: Cell<usize>,
     reduce: Cell<BarrierReduce>,
     exchange: Cell<Option<Rc<[MaybeUninit<u8>]>>>,
+    /// How the thread's last semaphore wait ended.
+    wait_end: Cell<WaitEnd>,
+    /// The synchronised inputs of the thread's current kernel tile, for the out-of-tile
+    /// read check (empty when it is off).
+    watches: RefCell<Vec<Watch>>,
+    /// The out-of-tile read the thread panicked for, if any.
+    bad_read: Cell<Option<Box<TileRead>>>,
 }
 
 impl ThreadCtx {
@@ -80,6 +97,9 @@ impl ThreadCtx {
                 any: false,
             }),
             exchange: Cell::new(None),
+            wait_end: Cell::new(WaitEnd::Reached),
+            watches: RefCell::new(Vec::new()),
+            bad_read: Cell::new(None),
         }
     }
 
@@ -135,6 +155,49 @@ impl ThreadCtx {
     /// Stores the published values of a completed warp exchange for this thread.
     pub(crate) fn set_exchange(&self, data: Rc<[MaybeUninit<u8>]>) {
         self.exchange.set(Some(data));
+    }
+
+    /// Stores how the thread's semaphore wait ended.
+    pub(crate) fn set_wait_end(&self, end: WaitEnd) {
+        self.wait_end.set(end);
+    }
+
+    /// How the thread's last semaphore wait ended.
+    pub(crate) fn wait_end(&self) -> WaitEnd {
+        self.wait_end.get()
+    }
+
+    /// Starts watching reads of an input for this kernel tile (replacing the watch of an
+    /// earlier tile of the same input).
+    pub(crate) fn watch(&self, w: Watch, sync: &crate::sync::TileSync) {
+        let mut watches = self.watches.borrow_mut();
+        watches.retain(|old| !old.is_for(sync));
+        watches.push(w);
+    }
+
+    /// Records that a wait on `sync` covered `tiles`.
+    pub(crate) fn record_waited(&self, sync: &crate::sync::TileSync, tiles: &crate::sync::tiling::TileBox) {
+        for w in self.watches.borrow_mut().iter_mut().filter(|w| w.is_for(sync)) {
+            w.add_waited(tiles);
+        }
+    }
+
+    /// The out-of-tile read a read of `bytes` at `addr` would be, if it is one.
+    pub(crate) fn bad_read_at(&self, addr: usize, bytes: usize) -> Option<TileRead> {
+        let watches = self.watches.borrow();
+        watches
+            .iter()
+            .find_map(|w| w.unwaited(addr, bytes).map(|(e, t)| w.report(e, t)))
+    }
+
+    /// Records the out-of-tile read the thread is about to panic for.
+    pub(crate) fn set_bad_read(&self, r: TileRead) {
+        self.bad_read.set(Some(Box::new(r)));
+    }
+
+    /// The out-of-tile read the thread panicked for, if that is why it did.
+    pub(crate) fn take_bad_read(&self) -> Option<Box<TileRead>> {
+        self.bad_read.take()
     }
 
     /// Takes the published values of the warp exchange this thread just completed.

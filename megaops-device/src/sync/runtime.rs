@@ -21,8 +21,10 @@
 //!   index, value, target) in the device error log, raises the log's abort flag (which
 //!   every other waiter polls, so one failure does not cascade into a chain of timeouts)
 //!   and returns `false`; the kernel then skips the rest of the tile and does not signal.
-//!   On the CPU backend the wait blocks in the virtual GPU, which detects deadlocks
-//!   structurally and reports the same site.
+//!   On the CPU backend the wait blocks in the virtual GPU until the semaphore is ready,
+//!   the same timeout passes on the virtual clock (then it records the same error, and
+//!   every other waiter of the log aborts), or no thread can run at all (a deadlock,
+//!   reported with the same sites at once).
 
 use super::args::*;
 use super::tiling::{TileBox, covered_box, is_designated, sem_index, signal_increment, target_of};
@@ -108,6 +110,8 @@ pub unsafe fn wait_input(ctx: &KernelCtx, tile: u32, sync: &TileSync, region: &[
         // SAFETY: the semaphores of the tiling are valid (caller's contract).
         let Some((pk, idx, value)) = (unsafe { first_pending(sync, &tiles, n, k) }) else {
             fence(AcqRel, Gpu);
+            #[cfg(not(target_arch = "nvptx64"))]
+            crate::cpu::record_waited(sync, &tiles);
             return true;
         };
         // Data tiles before `pk` were ready, and a ready tile stays ready in this epoch.
@@ -169,7 +173,6 @@ unsafe fn first_pending(sync: &TileSync, tiles: &TileBox, n: u32, from: u32) -> 
 /// The waiting between two scans of [`wait_input`]: timeout, abort and back-off.
 struct Spin {
     /// `%globaltimer` at the first step (0: not started).
-    #[cfg_attr(not(target_arch = "nvptx64"), allow(dead_code))]
     start: u64,
     #[cfg_attr(not(target_arch = "nvptx64"), allow(dead_code))]
     backoff: u32,
@@ -211,11 +214,38 @@ impl Spin {
         true
     }
 
-    /// CPU backend: blocks in the virtual GPU until the semaphore is ready (or reports a
-    /// deadlock and returns `false`).
+    /// CPU backend: blocks in the virtual GPU until the semaphore is ready, or until
+    /// `ctx.timeout_ns` of the virtual clock have passed since the first step (then it
+    /// records the timeout as the GPU does) or the error log's abort flag is raised.
+    ///
+    /// # Safety
+    /// As for [`wait_input`].
     #[cfg(not(target_arch = "nvptx64"))]
-    unsafe fn step(&mut self, _ctx: &KernelCtx, site: &WaitSite, _value: i32) -> bool {
-        crate::cpu::hooks::wait_until(site)
+    unsafe fn step(&mut self, ctx: &KernelCtx, site: &WaitSite, _value: i32) -> bool {
+        if self.start == 0 {
+            self.start = crate::cpu::hooks::clock_now().max(1);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { cpu_wait(ctx, site, self.start) }
+    }
+}
+
+/// CPU backend: [`crate::cpu::hooks::wait_until_deadline`] with the launch's timeout from
+/// `start`; a timeout is recorded in the error log.
+///
+/// # Safety
+/// As for [`wait_input`].
+#[cfg(not(target_arch = "nvptx64"))]
+unsafe fn cpu_wait(ctx: &KernelCtx, site: &WaitSite, start: u64) -> bool {
+    use crate::cpu::hooks::{WaitEnd, wait_until_deadline};
+    match wait_until_deadline(site, start.saturating_add(ctx.timeout_ns), ctx.errors) {
+        WaitEnd::Reached => true,
+        WaitEnd::Aborted => false,
+        WaitEnd::TimedOut { value, now } => {
+            // SAFETY: forwarded contract.
+            unsafe { record_timeout(ctx, site, value, now.saturating_sub(start)) };
+            false
+        }
     }
 }
 
@@ -262,17 +292,23 @@ unsafe fn wait_slow(ctx: &KernelCtx, site: &WaitSite) -> bool {
 }
 
 #[cfg(not(target_arch = "nvptx64"))]
-unsafe fn wait_slow(_ctx: &KernelCtx, site: &WaitSite) -> bool {
-    crate::cpu::hooks::wait_until(site)
+unsafe fn wait_slow(ctx: &KernelCtx, site: &WaitSite) -> bool {
+    let start = crate::cpu::hooks::clock_now().max(1);
+    // SAFETY: forwarded contract.
+    unsafe { cpu_wait(ctx, site, start) }
 }
 
 /// Writes a timeout record into the error log and raises its abort flag; traps if the
 /// launch has no error log.
-#[cfg(target_arch = "nvptx64")]
 unsafe fn record_timeout(ctx: &KernelCtx, site: &WaitSite, value: i32, waited_ns: u64) {
     if ctx.errors.is_null() {
+        #[cfg(target_arch = "nvptx64")]
         // SAFETY: aborting the kernel is the only report left.
-        unsafe { core::arch::nvptx::trap() }
+        unsafe {
+            core::arch::nvptx::trap()
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        crate::cpu::hooks::trap("a tile wait timed out, and the launch has no error log to report it in");
     }
     // SAFETY: errors is a valid log (caller's contract); the slot index is unique.
     unsafe {

@@ -1,6 +1,8 @@
 //! The kernel body per tile config, emitted twice from one generator: as the PTX entry
 //! `<name>__cfg<i>` (nvptx64) and as the CPU-backend function
-//! `__megaops_cpu_<name>__cfg<i>` (host).
+//! `__megaops_cpu_<name>__cfg<i>` (host). The CPU-backend body also watches its
+//! synchronised inputs and routes the reads of its statements through the out-of-tile
+//! read check ([`sync::watches`], [`sync::body_with_waits`]).
 //!
 //! ```text
 //! const BM: u32 = 64; ...                        // the config's constants
@@ -30,7 +32,10 @@ pub fn entries(plan: &Plan) -> TokenStream {
     let vis = k.vis();
     let params = quote!(#(#params,)* #ctx: #kernel_ctx #(, #syncs: #tile_sync)*);
     let fns = k.configs.iter().enumerate().map(|(i, config)| {
-        let body = body(plan, config_consts(config));
+        let (body, cpu_body) = (
+            body(plan, config_consts(config), false),
+            body(plan, config_consts(config), true),
+        );
         let (entry, cpu) = (plan.entry_name(i), plan.cpu_name(i));
         let bounds = launch_bounds(plan, i, config_consts(config));
         quote! {
@@ -49,7 +54,7 @@ pub fn entries(plan: &Plan) -> TokenStream {
             #[allow(non_snake_case, clippy::too_many_arguments)]
             #(#attrs)*
             #vis unsafe fn #cpu(#params) {
-                #body
+                #cpu_body
             }
         }
     });
@@ -87,12 +92,13 @@ fn launch_bounds(plan: &Plan, i: usize, consts: TokenStream) -> TokenStream {
     }
 }
 
-/// The body of one config's entry.
-pub fn body(plan: &Plan, consts: TokenStream) -> TokenStream {
+/// The body of one config's entry; `host`: the CPU-backend function's, whose reads of
+/// synchronised inputs are checked (see [`sync::watches`]).
+pub fn body(plan: &Plan, consts: TokenStream, host: bool) -> TokenStream {
     let (ctx, tile, t) = (local("__megaops_ctx"), local("__megaops_tile"), local("__megaops_t"));
     let (begin, remap) = (paths::kernel_begin_cta(), paths::remap_tile());
     let (block_idx_x, grid_dim_x) = (paths::block_idx_x(), paths::grid_dim_x());
-    let per_tile = tile_body(plan);
+    let per_tile = tile_body(plan, host);
     let schedule = if plan.k.persistent {
         quote! {
             let mut #t = #block_idx_x();
@@ -125,7 +131,7 @@ pub fn body(plan: &Plan, consts: TokenStream) -> TokenStream {
 }
 
 /// One kernel tile: coordinates, regions, the user's statements with waits, signals.
-fn tile_body(plan: &Plan) -> TokenStream {
+fn tile_body(plan: &Plan, host: bool) -> TokenStream {
     let (ctx, tile, failed, run) = (
         local("__megaops_ctx"),
         local("__megaops_tile"),
@@ -135,13 +141,15 @@ fn tile_body(plan: &Plan) -> TokenStream {
     let tile_coords = paths::tile_coords();
     let axes = plan.axes.iter().map(|a| &a.name);
     let regions = sync::regions(plan);
-    let stmts = sync::body_with_waits(plan);
+    let watches = if host { sync::watches(plan) } else { TokenStream::new() };
+    let stmts = sync::body_with_waits(plan, host);
     let signals = sync::signals(plan);
     quote! {
         // An axis the body does not need is still part of the declared grid.
         #[allow(unused_variables)]
         let [#(#axes,)* ..] = #tile_coords(&#ctx, #tile);
         #regions
+        #watches
         #[allow(unused_mut, unused_variables, unused_assignments)]
         let mut #failed = false;
         // A closure, so that a `return` in the body ends the tile, not the CTA: every

@@ -8,7 +8,7 @@
 //! the arguments in signature order (the builder appends kernel parameters in call
 //! order) and submits the launch with the CPU-backend body.
 
-use super::{Plan, SyncPlan, cast, config_consts, local, sync};
+use super::{Plan, SyncPlan, checked, config_consts, local, sync};
 use crate::ast::{Extent, Param, ParamKind};
 use crate::attr::{Role, TileCoord};
 use crate::paths;
@@ -138,13 +138,15 @@ fn arm(plan: &Plan, i: usize) -> TokenStream {
     let zero_tiles = plan.zero_tile_checks();
     let block = block(plan);
     let smem = match &k.smem {
-        Some(e) => cast(e, "u64"),
+        Some(e) => checked::cast(plan, e, "u64", "`smem`"),
         None => quote!(0u64),
     };
     let persistent = k.persistent.then(|| quote!(#l.persistent();));
     let error = paths::error();
     let checks = k.checks.iter().map(|(cond, message)| {
-        let text = format!("{} (`{}`)", message.value(), tokens_text(cond.to_token_stream()));
+        let cond_text = tokens_text(cond.to_token_stream());
+        let text = format!("{} (`{cond_text}`)", message.value());
+        let cond = checked::expr(plan, cond, &format!("the check `{cond_text}`"));
         quote! {
             if !(#cond) {
                 return ::core::result::Result::Err(#error::launch(#kernel, #text));
@@ -178,8 +180,12 @@ fn arm(plan: &Plan, i: usize) -> TokenStream {
 /// `[x, y, z]` threads per CTA as `u64`s.
 fn block(plan: &Plan) -> TokenStream {
     let dims: Vec<TokenStream> = match &plan.k.block {
-        Some(syn::Expr::Tuple(t)) => t.elems.iter().map(|e| cast(e, "u64")).collect(),
-        Some(e) => vec![cast(e, "u64")],
+        Some(syn::Expr::Tuple(t)) => t
+            .elems
+            .iter()
+            .map(|e| checked::cast(plan, e, "u64", "`block`"))
+            .collect(),
+        Some(e) => vec![checked::cast(plan, e, "u64", "`block`")],
         None => Vec::new(),
     };
     let pad = (dims.len()..3).map(|_| quote!(1u64));
@@ -194,7 +200,7 @@ fn bind(plan: &Plan, p: &Param, l: &syn::Ident) -> Option<TokenStream> {
         (Some(s), _) => {
             let (elem, rank) = (s.elem, paths::rank(s.dims.len()));
             let (addr, sync_ident) = (&s.addr_ident, &s.sync_ident);
-            let (shape, tile) = (sync::shape(s), sync::tile_dims(s));
+            let (shape, tile) = (sync::shape(plan, s), sync::tile_dims(plan, s));
             match s.sync.role() {
                 Role::Input => quote! {
                     let (#addr, #sync_ident) = #l.input::<#elem, #rank, _>(#label, #name, #shape, #tile)?;
@@ -228,11 +234,13 @@ fn declared_shape(plan: &Plan, name: &syn::Ident) -> TokenStream {
     let declared = paths::declared();
     match plan.k.tensors.iter().find(|t| t.param == *name) {
         Some(t) if t.scratch => {
-            let len = t.shape.iter().map(|e| cast(e, "u64"));
+            let what = format!("the length of `{name}`");
+            let len = t.shape.iter().map(|e| checked::cast(plan, e, "u64", &what));
             quote!(::core::option::Option::Some(#declared::AtLeast(#(#len)*)))
         }
         Some(t) => {
-            let dims = t.shape.iter().map(|e| cast(e, "u64"));
+            let what = format!("the shape of `{name}`");
+            let dims = t.shape.iter().map(|e| checked::cast(plan, e, "u64", &what));
             quote!(::core::option::Option::Some(#declared::Shape(&[#(#dims),*])))
         }
         None => quote!(::core::option::Option::None),

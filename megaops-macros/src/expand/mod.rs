@@ -12,6 +12,7 @@
 //! `macro_rules!` local, so user code can neither see nor shadow it. Axis names, config
 //! constants and parameters keep the user's spans: the body uses them.
 
+pub mod checked;
 pub mod device;
 pub mod launcher;
 pub mod sync;
@@ -149,7 +150,7 @@ impl<'a> Plan<'a> {
                         crate::text::tokens_text(quote::ToTokens::to_token_stream(size)),
                         a.name
                     );
-                    let size = cast(size, "u64");
+                    let size = checked::cast(self, size, "u64", &format!("the tile size of axis `{}`", a.name));
                     Some(quote! {
                         if #size == 0 {
                             return ::core::result::Result::Err(#error::launch(#kernel, #text));
@@ -165,11 +166,17 @@ impl<'a> Plan<'a> {
     pub fn grid_extents(&self) -> Vec<TokenStream> {
         self.axes
             .iter()
-            .filter_map(|a| match a.extent.as_ref()? {
-                Extent::Given(e) => Some(cast(e, "u64")),
-                Extent::Derived { dim, size } => {
-                    let (dim, size) = (cast(dim, "u64"), cast(size, "u64"));
-                    Some(quote!((#dim).div_ceil(#size)))
+            .filter_map(|a| {
+                let what = format!("the extent of axis `{}`", a.name);
+                match a.extent.as_ref()? {
+                    Extent::Given(e) => Some(checked::cast(self, e, "u64", &what)),
+                    Extent::Derived { dim, size } => {
+                        let (dim, size) = (
+                            checked::cast(self, dim, "u64", &what),
+                            checked::cast(self, size, "u64", &what),
+                        );
+                        Some(quote!((#dim).div_ceil(#size)))
+                    }
                 }
             })
             .collect()

@@ -2,12 +2,14 @@
 //! of the kernel tile, the waits injected before the first statement that reads each
 //! input, and the signals after the body.
 
-use super::{Plan, SyncPlan, cast, local};
+use super::{Plan, SyncPlan, cast, checked, local};
 use crate::ast::MAX_RANK;
 use crate::attr::Role;
 use crate::paths;
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
+use syn::Expr;
+use syn::visit_mut::{self, VisitMut};
 
 /// `let __megaops_region_x: [(u32, u32); 4] = [...];` for every synchronised parameter:
 /// per dimension `tile_region(coord, SIZE, EXTENT)` or `(0, EXTENT)` for `_`, padded
@@ -58,10 +60,27 @@ pub fn wait(s: &SyncPlan) -> TokenStream {
     }
 }
 
+/// CPU-backend body: starts the out-of-tile read check of every synchronised input for
+/// this kernel tile (`watch_input`, a no-op unless the virtual GPU checks reads).
+pub fn watches(plan: &Plan) -> TokenStream {
+    let (ctx, tile) = (local("__megaops_ctx"), local("__megaops_tile"));
+    let watch_input = paths::cpu_watch_input();
+    let lets = plan.syncs.iter().filter(|s| s.sync.role() == Role::Input).map(|s| {
+        let (name, elem, sync) = (s.sync.name(), s.elem, &s.sync_ident);
+        quote! {
+            #watch_input(&#ctx, #tile, #name as *const u8, ::core::mem::size_of::<#elem>(), &#sync);
+        }
+    });
+    quote!(#(#lets)*)
+}
+
 /// The user's top-level statements with the waits inserted: each input's wait goes
 /// right before the first statement that mentions it; inputs first mentioned by the
-/// same statement wait in annotation order.
-pub fn body_with_waits(plan: &Plan) -> TokenStream {
+/// same statement wait in annotation order. `host`: the CPU-backend body, where every
+/// dereference, `.read()` / `ptr::read(..)` whose operand mentions an input goes through
+/// the read check (`ReadProbe`), which checks pointers and references and passes any
+/// other operand unchanged.
+pub fn body_with_waits(plan: &Plan, host: bool) -> TokenStream {
     let inputs: Vec<&SyncPlan> = plan
         .k
         .syncs
@@ -78,9 +97,82 @@ pub fn body_with_waits(plan: &Plan) -> TokenStream {
                 out.extend(wait(input));
             }
         }
-        st.stmt.to_tokens(&mut out);
+        if host {
+            let mut stmt = st.stmt.clone();
+            ProbeReads {
+                inputs: inputs.iter().map(|i| i.sync.name()).collect(),
+            }
+            .visit_stmt_mut(&mut stmt);
+            stmt.to_tokens(&mut out);
+        } else {
+            st.stmt.to_tokens(&mut out);
+        }
     }
     out
+}
+
+/// Rewrites the reads of a CPU-backend body: `*e`, `e.read()` (also `read_volatile`,
+/// `read_unaligned`) and `ptr::read(e)` where `e` mentions an input.
+struct ProbeReads<'a> {
+    inputs: Vec<&'a syn::Ident>,
+}
+
+/// Functions and methods that read through a pointer.
+const READS: &[&str] = &["read", "read_volatile", "read_unaligned"];
+
+impl ProbeReads<'_> {
+    fn mentions_input(&self, e: &Expr) -> bool {
+        let tokens = e.to_token_stream();
+        self.inputs
+            .iter()
+            .any(|i| crate::ast::first_mention(tokens.clone(), i).is_some())
+    }
+
+    /// `{ use ...; ReadProbe::new(e).probe() }`.
+    fn probe(e: &mut Expr) {
+        let (probe, pointer, other) = (paths::read_probe(), paths::probe_pointer(), paths::probe_other());
+        let inner = std::mem::replace(e, Expr::Verbatim(TokenStream::new()));
+        *e = Expr::Verbatim(quote! {{
+            #[allow(unused_imports)]
+            use #pointer as _;
+            #[allow(unused_imports)]
+            use #other as _;
+            #probe::new(#inner).probe()
+        }});
+    }
+}
+
+impl VisitMut for ProbeReads<'_> {
+    fn visit_expr_mut(&mut self, e: &mut Expr) {
+        // `&raw const *p` only takes an address: check nothing there.
+        if let Expr::RawAddr(r) = e
+            && let Expr::Unary(u) = &mut *r.expr
+            && matches!(u.op, syn::UnOp::Deref(_))
+        {
+            return self.visit_expr_mut(&mut u.expr);
+        }
+        visit_mut::visit_expr_mut(self, e);
+        match e {
+            Expr::Unary(u) if matches!(u.op, syn::UnOp::Deref(_)) && self.mentions_input(&u.expr) => {
+                Self::probe(&mut u.expr);
+            }
+            Expr::MethodCall(m)
+                if m.args.is_empty() && READS.iter().any(|r| m.method == r) && self.mentions_input(&m.receiver) =>
+            {
+                Self::probe(&mut m.receiver);
+            }
+            Expr::Call(c)
+                if c.args.len() == 1
+                    && matches!(&*c.func, Expr::Path(p) if p.path.segments.last().is_some_and(|s| READS.iter().any(|r| s.ident == r)))
+                    && self.mentions_input(&c.args[0]) =>
+            {
+                if let Some(arg) = c.args.first_mut() {
+                    Self::probe(arg);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// The signals after the body, one per output in signature order. Every thread reaches
@@ -121,11 +213,12 @@ pub fn signals(plan: &Plan) -> TokenStream {
 }
 
 /// Launcher: the `&[TileDim]` of a synchronised parameter.
-pub fn tile_dims(s: &SyncPlan) -> TokenStream {
+pub fn tile_dims(plan: &Plan, s: &SyncPlan) -> TokenStream {
     let tile_dim = paths::tile_dim();
+    let what = format!("the kernel tile of `{}`", s.sync.name());
     let dims = s.dims.iter().map(|d| match d.tile {
         Some((axis, _, size)) => {
-            let size = cast(size, "u64");
+            let size = checked::cast(plan, size, "u64", &what);
             quote!(#tile_dim::axis(#axis, #size))
         }
         None => quote!(#tile_dim::WHOLE),
@@ -134,10 +227,8 @@ pub fn tile_dims(s: &SyncPlan) -> TokenStream {
 }
 
 /// Launcher: the `&[u64]` shape of a synchronised parameter.
-pub fn shape(s: &SyncPlan) -> TokenStream {
-    let dims = s.dims.iter().map(|d| {
-        let e = d.extent;
-        cast(e, "u64")
-    });
+pub fn shape(plan: &Plan, s: &SyncPlan) -> TokenStream {
+    let what = format!("the shape of `{}`", s.sync.name());
+    let dims = s.dims.iter().map(|d| checked::cast(plan, d.extent, "u64", &what));
     quote!(&[#(#dims),*])
 }
