@@ -162,13 +162,17 @@ fn captured_graphs_replay_with_rearmed_semaphores() -> Result<()> {
         row_sums::launch(s, &z, &mut sums2, m, n)?;
         Ok(())
     })?;
-    for replay in 0..3 {
+    let replay = |r: u32, sums: &mut Tensor<f32>, sums2: &mut Tensor<f32>| -> Result<()> {
         sums.fill(f32::NAN)?;
         sums2.fill(f32::NAN)?;
         graph.launch(&s)?;
         s.synchronize()?;
-        check_sums(&format!("replay {replay} sums"), &sums.to_vec()?, m, n, 21);
-        check_sums(&format!("replay {replay} sums2"), &sums2.to_vec()?, m, n, 23);
+        check_sums(&format!("replay {r} sums"), &sums.to_vec()?, m, n, 21);
+        check_sums(&format!("replay {r} sums2"), &sums2.to_vec()?, m, n, 23);
+        Ok(())
+    };
+    for r in 0..3 {
+        replay(r, &mut sums, &mut sums2)?;
     }
     // After a replay the graph's outputs are complete: readable without waiting, and
     // usable again after re-arming.
@@ -180,13 +184,8 @@ fn captured_graphs_replay_with_rearmed_semaphores() -> Result<()> {
     check_sums("eager after graph", &sums.to_vec()?, m, n, 30);
     // Replays again after the eager cycle (its semaphores must be set back first), then
     // back to back (the previous replay's restore holds).
-    for replay in 3..5 {
-        sums.fill(f32::NAN)?;
-        sums2.fill(f32::NAN)?;
-        graph.launch(&s)?;
-        s.synchronize()?;
-        check_sums(&format!("replay {replay} sums"), &sums.to_vec()?, m, n, 21);
-        check_sums(&format!("replay {replay} sums2"), &sums2.to_vec()?, m, n, 23);
+    for r in 3..5 {
+        replay(r, &mut sums, &mut sums2)?;
     }
     Ok(())
 }

@@ -190,20 +190,24 @@ pub struct BenchRow {
     pub device: String,
 }
 
+/// `n` deterministic pseudo-random values below `below` (xorshift).
+fn random_ids(n: usize, below: u64, seed: u64) -> Vec<u32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x2545_f491_4f6c_dd1d;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % below) as u32
+        })
+        .collect()
+}
+
 /// Deterministic random prompts: `batch` of `len` ids below `vocab`.
 pub fn random_prompts(batch: usize, len: usize, vocab: usize, seed: u64) -> Vec<Vec<u32>> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x2545_f491_4f6c_dd1d;
-    (0..batch)
-        .map(|_| {
-            (0..len)
-                .map(|_| {
-                    s ^= s << 13;
-                    s ^= s >> 7;
-                    s ^= s << 17;
-                    (s % vocab as u64) as u32
-                })
-                .collect()
-        })
+    random_ids(batch * len, vocab as u64, seed)
+        .chunks(len.max(1))
+        .map(<[u32]>::to_vec)
         .collect()
 }
 
@@ -335,7 +339,7 @@ pub fn read_bandwidth_gbps(device: &Device) -> Result<Option<f64>> {
     }
     const WORDS: usize = 256 << 20;
     let on = AsyncStream::serial(device)?;
-    let words: Vec<u32> = random_prompts(1, WORDS, u32::MAX as usize, 7).concat();
+    let words = random_ids(WORDS, 1 << 32, 7);
     let data = Tensor::from_slice(device, &[WORDS], &words)?;
     let ctas = device.sm_count() * 4;
     let mut out = Tensor::<u32>::zeros(device, &[ctas as usize])?;
