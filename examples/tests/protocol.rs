@@ -279,6 +279,45 @@ fn a_missing_producer_is_reported_with_kernel_cta_tensor_and_progress() -> Resul
 }
 
 #[test]
+fn a_stuck_producer_is_named_with_its_launch_and_stream() -> Result<()> {
+    // x has no producer; `next_row_stencil` (x -> y) waits on it, so `row_sums` (y) waits
+    // on a producer that was launched: the report names its launch and stream.
+    let dev = cpu_device(2)?;
+    let run = |on: &dyn Fn(&mut Tiled<f32, DynRows>, &mut Tiled<f32, DynRows>, &mut Tensor<f32>) -> Result<()>| {
+        let mut x = Tiled::<f32, DynRows>::new(&dev, &[12, 8], DynRows(4), "x")?;
+        let mut y = Tiled::<f32, DynRows>::new(&dev, &[12, 8], DynRows(4), "y")?;
+        let mut sums = Tensor::<f32>::zeros(&dev, &[12])?;
+        x.plant_missing_producer("produce", &[4, 0]);
+        let err = on(&mut x, &mut y, &mut sums).expect_err("nobody produces x");
+        Ok::<String, Error>(err.to_string())
+    };
+    let s = AsyncStream::new(&dev, 2)?;
+    let msg = run(&|x, y, sums| {
+        next_row_stencil::launch(&s, x, y, 12, 8, 1)?;
+        row_sums::launch_with(&s, &LaunchOptions::config(0), y, sums, 12, 8)?;
+        s.synchronize()
+    })?;
+    let first = msg.lines().next().unwrap_or_default();
+    let lane = format!(" (lane 0 of AsyncStream #{}))", s.id());
+    assert!(
+        first.contains("`x` from `produce` (recorded, never launched)")
+            && first.contains("`y` from `next_row_stencil` (launch ")
+            && first.contains(&format!(" on stream #{}{lane}", s.streams()[0].id())),
+        "{msg}"
+    );
+    // Two plain streams: the consumer waits (stream-level) for the stencil's stream.
+    let (a, b) = (Stream::new(&dev)?, Stream::new(&dev)?);
+    let msg = run(&|x, y, sums| {
+        next_row_stencil::launch(&a, x, y, 12, 8, 1)?;
+        row_sums::launch_with(&b, &LaunchOptions::config(0), y, sums, 12, 8)?;
+        b.synchronize()
+    })?;
+    assert!(msg.contains(&format!("stream {}: ", a.id())), "{msg}");
+    assert!(msg.contains(&format!("stream {}: waits for event", b.id())), "{msg}");
+    Ok(())
+}
+
+#[test]
 fn a_missing_producer_beside_a_spinning_kernel_times_out_as_on_the_gpu() -> Result<()> {
     for seed in 0..3 {
         let dev = cpu_device(seed)?;

@@ -194,6 +194,21 @@ impl AsyncStream {
         }
     }
 
+    /// How reports name lane `i`: `stream #4 (lane 1 of AsyncStream #2)`.
+    fn lane_name(&self, i: usize) -> String {
+        let lane = if i < self.streams.len() {
+            format!("lane {i}")
+        } else {
+            "the SM partition".to_string()
+        };
+        format!("stream #{} ({lane} of AsyncStream #{})", self.stream(i).id(), self.id())
+    }
+
+    /// The number error reports call this AsyncStream by (`AsyncStream #2`).
+    pub fn id(&self) -> u64 {
+        self.key.number()
+    }
+
     fn all_streams(&self) -> impl Iterator<Item = &Stream> {
         self.streams
             .iter()
@@ -529,6 +544,7 @@ impl LaunchTarget for AsyncStream {
                         tensors: vec![],
                         waits_for: Some(prev_kernel.to_string()),
                         timeout_ns: launch.ctx.timeout_ns,
+                        stream: self.lane_name(s),
                     },
                 );
                 Some((token, ctx))
@@ -540,6 +556,7 @@ impl LaunchTarget for AsyncStream {
             launch.ctx.begin_flag = self.flag.addr() as *mut i32;
             launch.ctx.begin_token = inner.token;
         }
+        launch.note.stream = self.lane_name(s);
         self.device.notes().insert(id, launch.note.clone());
 
         // Remember the pre-capture state of Tiled tensors first produced in a capture.

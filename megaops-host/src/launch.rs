@@ -644,6 +644,7 @@ impl<'a> KernelLaunch<'a> {
             tensors: self.tensors,
             waits_for: None,
             timeout_ns: ctx.timeout_ns,
+            stream: String::new(),
         };
         let prepared = PreparedLaunch {
             kernel: self.kernel,
@@ -842,7 +843,7 @@ impl LaunchTarget for Stream {
         Stream::device(self)
     }
 
-    fn submit(&self, launch: PreparedLaunch) -> Result<u32> {
+    fn submit(&self, mut launch: PreparedLaunch) -> Result<u32> {
         if launch.partition {
             return Err(Error::launch(
                 launch.kernel,
@@ -854,6 +855,7 @@ impl LaunchTarget for Stream {
         }
         order::order_on(self, &launch.uses, self.key())?;
         let id = launch.ctx.launch_id;
+        launch.note.stream = format!("stream #{}", self.id());
         self.device().notes().insert(id, launch.note.clone());
         let event = launch.launch_on(self)?;
         order::record(&launch.uses, self.key(), &event);

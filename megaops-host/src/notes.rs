@@ -62,6 +62,9 @@ pub(crate) struct LaunchNote {
     pub waits_for: Option<String>,
     /// Its tile-wait timeout in ns (`LaunchOptions::timeout` or the device's).
     pub timeout_ns: u64,
+    /// The stream it was submitted to, as reports name it (`stream #4`, or
+    /// `stream #4 (lane 1 of AsyncStream #2)`); empty until submitted.
+    pub stream: String,
 }
 
 /// Notes of recent launches, by launch id.
@@ -162,9 +165,12 @@ impl LaunchNotes {
             let Some((kernel, launch)) = t.producer_launch else {
                 continue;
             };
-            let line = match launch {
-                0 => format!("`{}` from `{kernel}` (recorded, never launched)", t.name),
-                l => format!("`{}` from `{kernel}` (launch {l})", t.name),
+            let line = match (launch, self.launches.get(&launch).map(|n| n.stream.as_str())) {
+                (0, _) => format!("`{}` from `{kernel}` (recorded, never launched)", t.name),
+                (l, Some(stream)) if !stream.is_empty() => {
+                    format!("`{}` from `{kernel}` (launch {l} on {stream})", t.name)
+                }
+                (l, _) => format!("`{}` from `{kernel}` (launch {l})", t.name),
             };
             if !seen.contains(&line) {
                 seen.push(line);
@@ -308,9 +314,31 @@ mod tests {
                 tensors: vec![(11, y)],
                 waits_for: None,
                 timeout_ns: 5_000_000_000,
+                stream: "stream #9".into(),
+            },
+        );
+        n.insert(
+            3,
+            LaunchNote {
+                kernel: "matmul".into(),
+                tile_grid: vec![4, 2],
+                tensors: vec![],
+                waits_for: None,
+                timeout_ns: 5_000_000_000,
+                stream: "stream #4 (lane 1 of AsyncStream #2)".into(),
             },
         );
         n
+    }
+
+    #[test]
+    fn expected_producers_name_kernel_launch_and_stream() {
+        let notes = note();
+        assert_eq!(
+            notes.expected_producers([(7, 11), (7, 11)].into_iter()),
+            "; expected producer: `y` from `matmul` (launch 3 on stream #4 (lane 1 of AsyncStream #2))"
+        );
+        assert_eq!(notes.expected_producers([(99, 11)].into_iter()), "");
     }
 
     #[test]

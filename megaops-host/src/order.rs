@@ -32,6 +32,11 @@ impl TargetKey {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         TargetKey(NEXT.fetch_add(1, Ordering::Relaxed))
     }
+
+    /// The key's number, unique among the process's launch targets.
+    pub(crate) fn number(self) -> u64 {
+        self.0
+    }
 }
 
 /// The launches that used one `Tiled` tensor, as far as ordering needs them.

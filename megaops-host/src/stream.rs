@@ -94,6 +94,16 @@ impl Stream {
         &self.raw
     }
 
+    /// The number error reports call this stream by (`stream #4`), unique on its device:
+    /// on the CPU backend the virtual GPU's own stream number (its deadlock reports'
+    /// `stream 4`), on CUDA a process-wide count.
+    pub fn id(&self) -> u64 {
+        match &self.raw {
+            RawStream::Cpu(id) => u64::from(id.index()),
+            RawStream::Cuda(_) => self.key.number(),
+        }
+    }
+
     /// Its identity as a launch target (see `order`).
     pub(crate) fn key(&self) -> TargetKey {
         self.key
