@@ -284,7 +284,8 @@ fn a_stuck_producer_is_named_with_its_launch_and_stream() -> Result<()> {
     // on a producer that was launched: the report names its launch and stream.
     let dev = cpu_device(2)?;
     type Rows = Tiled<f32, DynRows>;
-    let run = |on: &dyn Fn(&mut Rows, &mut Rows, &mut Tensor<f32>) -> Result<()>| {
+    type Program<'a> = &'a dyn Fn(&mut Rows, &mut Rows, &mut Tensor<f32>) -> Result<()>;
+    let run = |on: Program| {
         let mut x = Tiled::<f32, DynRows>::new(&dev, &[12, 8], DynRows(4), "x")?;
         let mut y = Tiled::<f32, DynRows>::new(&dev, &[12, 8], DynRows(4), "y")?;
         let mut sums = Tensor::<f32>::zeros(&dev, &[12])?;
