@@ -75,13 +75,13 @@ fn check_against_reference(name: &str, prompts: Vec<Vec<u32>>, new: usize, on: i
                 .zip(want)
                 .map(|(g, w)| (*g as f64 - w).abs())
                 .fold(0.0, f64::max);
-            // The prefill attention kernel rounds the softmax weights to bf16 for its P·V
-            // tensor-core product (as flash attention does); the reference does not.
-            let tol = if t == 0 && prompts.len() * prompts[0].len() > 16 {
-                0.05
-            } else {
-                0.03
-            };
+            // The reference rounds to bf16 where the kernels store bf16, but it accumulates
+            // in f64 and the kernels in f32: single roundings land on the other side, one
+            // bf16 ulp (2^-8 relative), and propagate through the layers; the prefill
+            // attention kernel also rounds its softmax weights to bf16 for the P·V
+            // tensor-core product (as flash attention does). Over 24 seeds the largest
+            // error was 0.040 of the spread (medians 0.013–0.028 by preset and step).
+            let tol = 0.05;
             assert!(
                 err <= tol * std + 1e-3,
                 "{name}: step {t} sequence {b}: max |Δlogit| {err:.4} against a spread of {std:.4}"
