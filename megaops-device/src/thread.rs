@@ -183,6 +183,27 @@ pub fn lane_id() -> u32 {
     }
 }
 
+/// The SM the calling thread's CTA runs on.
+///
+/// Reads `%smid` (`mov.u32 %r, %smid;`; volatile: a CTA may in principle migrate, so
+/// every call reads it anew). Host: the virtual SM (`hooks::sm_id()`).
+#[inline(always)]
+pub fn sm_id() -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let sm: u32;
+        // SAFETY: reading a special register has no preconditions.
+        unsafe {
+            core::arch::asm!("mov.u32 {s}, %smid;", s = out(reg32) sm, options(nomem, nostack));
+        }
+        sm
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        hooks::sm_id()
+    }
+}
+
 /// Warp of the calling thread within its CTA: `linear_thread_idx() / 32`.
 ///
 /// This is the logical warp index (stable for the lifetime of the thread), not

@@ -897,6 +897,7 @@ fn sync_runtime_program(seed: u64, with_producer: bool) -> Result<(Vec<u32>, Vec
         num_tiles: 2,
         timeout_ns: u64::MAX,
         errors: std::ptr::null_mut(),
+        trace: std::ptr::null_mut(),
     };
     let (ts, d, o) = (tiling(EPOCH_STRIDE), data.clone(), out.clone());
     gpu.launch(
@@ -981,6 +982,7 @@ fn only_ctas_from_begin_cta_on_raise_the_begin_flag() {
                 num_tiles: 6,
                 timeout_ns: u64::MAX,
                 errors: std::ptr::null_mut(),
+                trace: std::ptr::null_mut(),
             };
             let gpu = VirtualGpu::new(cfg(seed));
             let s = gpu.create_stream();
@@ -1060,6 +1062,7 @@ fn a_tile_wait_times_out_beside_a_kernel_spinning_on_the_clock() {
         num_tiles: 2,
         timeout_ns: 2_000_000_000,
         errors: log_ptr,
+        trace: std::ptr::null_mut(),
     };
     let mut dims = [DimTiling::plain(1, 1); 4];
     dims[0] = DimTiling::plain(64, 32);

@@ -85,6 +85,8 @@ struct Inner {
     capture: Option<Capture>,
     /// While profiling: the spans of the launches made so far.
     profile: Option<Vec<LaunchSpan>>,
+    /// Every launch records its tiles in the device's trace log.
+    tracing: bool,
 }
 
 /// One launch as the profiler saw it ([`AsyncStream::set_profiling`]): timing events on
@@ -252,6 +254,14 @@ impl AsyncStream {
     /// backend records no spans for captured launches.
     pub fn set_profiling(&self, on: bool) {
         lock(&self.inner).profile = on.then(Vec::new);
+    }
+
+    /// Turns tile tracing on or off for every later launch on this AsyncStream (see
+    /// [`Device::start_trace`](crate::Device::start_trace), which must have given the
+    /// device a trace log, and [`Device::take_trace`](crate::Device::take_trace)). A
+    /// graph captured while tracing is on records at every replay.
+    pub fn set_tracing(&self, on: bool) {
+        lock(&self.inner).tracing = on;
     }
 
     /// The spans collected since profiling started (it goes on collecting).
@@ -510,6 +520,17 @@ impl LaunchTarget for AsyncStream {
         let stream = self.stream(s);
         let id = launch.ctx.launch_id;
         let capturing = inner.capture.is_some();
+        if inner.tracing && launch.ctx.trace.is_null() {
+            let (addr, log) = self.device.trace_log().ok_or_else(|| {
+                Error::launch(
+                    launch.kernel,
+                    "the AsyncStream traces its launches, but the device has no trace log: call \
+                     `Device::start_trace` first",
+                )
+            })?;
+            launch.ctx.trace = addr as *mut _;
+            launch.buffers.push(log);
+        }
         if let Some(why) = launch.unreplayed.first().filter(|_| !capturing) {
             return Err(Error::Tiling(why.clone()));
         }
@@ -535,6 +556,7 @@ impl LaunchTarget for AsyncStream {
                     num_tiles: 1,
                     timeout_ns: launch.ctx.timeout_ns,
                     errors: launch.ctx.errors,
+                    trace: std::ptr::null_mut(),
                 };
                 self.device.notes().insert(
                     wait_id,
@@ -544,6 +566,7 @@ impl LaunchTarget for AsyncStream {
                         tensors: vec![],
                         waits_for: Some(prev_kernel.to_string()),
                         timeout_ns: launch.ctx.timeout_ns,
+                        config: "",
                         stream: self.lane_name(s),
                     },
                 );

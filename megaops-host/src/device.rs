@@ -35,6 +35,8 @@ struct DeviceInner {
     pub(crate) notes: Mutex<LaunchNotes>,
     /// Registered ticket counters: (allocation, byte offset, bytes).
     tickets: Mutex<Vec<(Weak<Buffer>, usize, usize)>>,
+    /// The tile-trace log, once `start_trace` made one.
+    trace: Mutex<Option<crate::trace::TraceBuffer>>,
 }
 
 /// Default time a tile wait spins before it reports a timeout.
@@ -51,6 +53,7 @@ impl Device {
                 timeout_ns: AtomicU64::new(DEFAULT_WAIT_TIMEOUT.as_nanos() as u64),
                 notes: Mutex::new(LaunchNotes::default()),
                 tickets: Mutex::new(Vec::new()),
+                trace: Mutex::new(None),
             }),
         };
         let log = Arc::new(Buffer::new(&dev, std::mem::size_of::<ErrorLog>())?);
@@ -176,6 +179,10 @@ impl Device {
 
     pub(crate) fn error_log_addr(&self) -> u64 {
         lock(&self.inner.error_log).as_ref().map_or(0, |b| b.addr())
+    }
+
+    pub(crate) fn trace_slot(&self) -> &Mutex<Option<crate::trace::TraceBuffer>> {
+        &self.inner.trace
     }
 
     pub(crate) fn notes(&self) -> std::sync::MutexGuard<'_, LaunchNotes> {

@@ -19,7 +19,7 @@ use crate::tensor::Tensor;
 use crate::tiled::{ProducerTiling, Tiled, TiledState};
 use crate::tiling::{DataTiling, Rank, TilesRank};
 use megaops_device::sync::tiling::{num_data_tiles, target_of};
-use megaops_device::sync::{CtaRemap, KernelCtx, MAX_RANK, MAX_TARGET, TileSync};
+use megaops_device::sync::{CtaRemap, KernelCtx, MAX_RANK, MAX_TARGET, TileSync, TraceLog};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -72,6 +72,9 @@ pub struct LaunchOptions {
     pub partition: bool,
     /// When an AsyncStream releases the next launch (ignored by plain streams).
     pub release_next: ReleaseNext,
+    /// Record this launch's kernel tiles in the device's trace log
+    /// ([`Device::start_trace`]); an AsyncStream with tracing on traces every launch.
+    pub traced: bool,
 }
 
 impl LaunchOptions {
@@ -116,6 +119,12 @@ impl LaunchOptions {
     /// Sets when an AsyncStream releases the next launch.
     pub fn release_next(mut self, when: ReleaseNext) -> Self {
         self.release_next = when;
+        self
+    }
+
+    /// Records the launch's kernel tiles in the device's trace log.
+    pub fn traced(mut self) -> Self {
+        self.traced = true;
         self
     }
 }
@@ -194,6 +203,7 @@ pub struct KernelLaunch<'a> {
     kernel: &'static str,
     module: &'static PtxModule,
     entry: &'static str,
+    config_name: &'static str,
     opts: &'a LaunchOptions,
     tile_grid: Vec<u32>,
     block: [u32; 3],
@@ -297,6 +307,7 @@ impl<'a> KernelLaunch<'a> {
             kernel,
             module,
             entry,
+            config_name: "",
             opts,
             tile_grid: vec![1],
             block: [1, 1, 1],
@@ -315,6 +326,11 @@ impl<'a> KernelLaunch<'a> {
 
     fn err(&self, reason: impl Into<String>) -> Error {
         Error::launch(self.kernel, reason)
+    }
+
+    /// Names the tile config (its constants, `ConfigInfo::name`) for traces and reports.
+    pub fn config_name(&mut self, name: &'static str) {
+        self.config_name = name;
     }
 
     /// The device.
@@ -621,6 +637,18 @@ impl<'a> KernelLaunch<'a> {
         if let Remap::Table(t) = &self.opts.remap {
             buffers.push(t.buffer().clone());
         }
+        let trace = if self.opts.traced {
+            let (addr, log) = self.device.trace_log().ok_or_else(|| {
+                Error::launch(
+                    self.kernel,
+                    "the launch is traced, but the device has no trace log: call `Device::start_trace` first",
+                )
+            })?;
+            buffers.push(log);
+            addr as *mut TraceLog
+        } else {
+            std::ptr::null_mut()
+        };
         let launch_id = self.device.next_launch_id();
         let timeout = self.opts.timeout.unwrap_or_else(|| self.device.wait_timeout());
         let ctx = KernelCtx {
@@ -637,6 +665,7 @@ impl<'a> KernelLaunch<'a> {
             num_tiles: num_tiles as u32,
             timeout_ns: timeout.as_nanos().min(u64::MAX as u128) as u64,
             errors: self.device.error_log_addr() as *mut _,
+            trace,
         };
         let note = LaunchNote {
             kernel: self.kernel.to_string(),
@@ -644,6 +673,7 @@ impl<'a> KernelLaunch<'a> {
             tensors: self.tensors,
             waits_for: None,
             timeout_ns: ctx.timeout_ns,
+            config: self.config_name,
             stream: String::new(),
         };
         let prepared = PreparedLaunch {

@@ -25,6 +25,7 @@ mod tensor;
 pub mod testing;
 mod tiled;
 pub mod tiling;
+pub mod trace;
 
 pub use async_stream::{AsyncOptions, AsyncStream, LaunchSpan};
 pub use backend::BackendKind;
@@ -43,3 +44,4 @@ pub use tiled::{Phase, ProducerTiling, Tiled};
 pub use tiling::{
     Chunks, DataTiling, DimSpec, DynChunks, DynGrid, DynRows, Grid, Irregular, R1, R2, R3, R4, Rows, TilesRank,
 };
+pub use trace::{TileEvent, Trace, TracedLaunch};

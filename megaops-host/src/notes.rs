@@ -62,6 +62,8 @@ pub(crate) struct LaunchNote {
     pub waits_for: Option<String>,
     /// Its tile-wait timeout in ns (`LaunchOptions::timeout` or the device's).
     pub timeout_ns: u64,
+    /// Its tile config's constants (`BM=64, BK=256`; empty if it has none).
+    pub config: &'static str,
     /// The stream it was submitted to, as reports name it (`stream #4`, or
     /// `stream #4 (lane 1 of AsyncStream #2)`); empty until submitted.
     pub stream: String,
@@ -82,6 +84,11 @@ impl LaunchNotes {
         while self.launches.len() > KEEP {
             self.launches.pop_first();
         }
+    }
+
+    /// The note of launch `id`, if kept.
+    pub fn get(&self, id: u32) -> Option<&LaunchNote> {
+        self.launches.get(&id)
     }
 
     fn kernel_and_tile(&self, launch_id: u32, tile: u32) -> String {
@@ -314,6 +321,7 @@ mod tests {
                 tensors: vec![(11, y)],
                 waits_for: None,
                 timeout_ns: 5_000_000_000,
+                config: "",
                 stream: "stream #9".into(),
             },
         );
@@ -325,6 +333,7 @@ mod tests {
                 tensors: vec![],
                 waits_for: None,
                 timeout_ns: 5_000_000_000,
+                config: "",
                 stream: "stream #4 (lane 1 of AsyncStream #2)".into(),
             },
         );

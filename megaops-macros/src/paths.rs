@@ -40,6 +40,14 @@ paths! {
     wait_input => "wait_input";
     /// `signal_output(&sync, &region, &producer, failed)`.
     signal_output => "signal_output";
+    /// `trace_now(&ctx) -> u64`.
+    trace_now => "trace_now";
+    /// `trace_waited(&ctx, &mut waited)`.
+    trace_waited => "trace_waited";
+    /// `trace_end(&ctx) -> u64`.
+    trace_end => "trace_end";
+    /// `trace_record(&ctx, tile, start, waited, end)`.
+    trace_record => "trace_record";
     /// `block_idx_x() -> u32`.
     block_idx_x => "block_idx_x";
     /// `grid_dim_x() -> u32`.

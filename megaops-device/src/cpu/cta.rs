@@ -25,6 +25,8 @@ pub(crate) struct CtaInfo {
     pub(crate) clock: Rc<Cell<u64>>,
     /// Whether reads of synchronised inputs are checked ([`super::VgpuConfig::check_reads`]).
     pub(crate) check_reads: bool,
+    /// The virtual SM it runs on (`%smid`).
+    pub(crate) sm: u32,
 }
 
 /// Where a thread is.
@@ -93,6 +95,7 @@ impl Cta {
             threads,
             clock,
             check_reads,
+            sm,
         };
         Some(Cta {
             seq,

@@ -210,6 +210,17 @@ pub fn global_timer_ns() -> u64 {
     })
 }
 
+/// `%smid`: the virtual SM the calling thread's CTA runs on.
+pub fn sm_id() -> u32 {
+    with_current("sm_id", |cta, _, _| cta.sm)
+}
+
+/// The virtual clock without a scheduling point (for the sync runtime's timeouts and
+/// tile traces, which must not change the interleaving they record).
+pub fn clock_ns() -> u64 {
+    clock_now()
+}
+
 /// The virtual clock without a scheduling point (for the sync runtime's timeouts).
 pub(crate) fn clock_now() -> u64 {
     with_current("clock_now", |cta, _, _| cta.clock.get())

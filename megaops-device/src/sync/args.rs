@@ -66,6 +66,41 @@ pub struct KernelCtx {
     pub timeout_ns: u64,
     /// Device error log (null: timeouts trap instead).
     pub errors: *mut ErrorLog,
+    /// Tile-trace log (null: the launch is not traced; see `sync::trace`).
+    pub trace: *mut TraceLog,
+}
+
+/// One kernel tile as a traced launch records it (40 bytes, `#[repr(C)]`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TileTrace {
+    /// When the tile started (`%globaltimer` ns; the virtual clock on the CPU backend).
+    pub start_ns: u64,
+    /// When its last input wait ended (`start_ns` if it waited for nothing).
+    pub waited_ns: u64,
+    /// When every thread had finished it, before its output signals.
+    pub end_ns: u64,
+    /// The launch (`KernelCtx::launch_id`).
+    pub launch_id: u32,
+    /// The kernel tile (linear, after the CTA remap).
+    pub tile: u32,
+    /// The SM that ran it (`%smid`).
+    pub sm: u32,
+    /// The CTA that ran it (`%ctaid.x`; a persistent CTA runs several tiles).
+    pub cta: u32,
+}
+
+/// Header of a device-side tile-trace log: the traced launches append [`TileTrace`]s at
+/// `head` (atomically); those past `capacity` are counted in `head` but not written.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TraceLog {
+    /// Records appended (may exceed `capacity`).
+    pub head: u32,
+    /// Records `records` holds.
+    pub capacity: u32,
+    /// The records, in device memory.
+    pub records: *mut TileTrace,
 }
 
 /// Data tiling of one dimension of a synchronised tensor.

@@ -8,6 +8,8 @@
 mod args;
 mod runtime;
 pub mod tiling;
+mod trace;
 
 pub use args::*;
 pub use runtime::*;
+pub use trace::*;

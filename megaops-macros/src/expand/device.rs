@@ -11,10 +11,13 @@
 //! if tile >= ctx.num_tiles { return; }
 //! let [pid_m, pid_n, ..] = tile_coords(&ctx, tile);
 //! let region_a = [...]; let region_c = [...];    // element regions of the kernel tile
+//! let start = trace_now(&ctx);                   // 0 unless the launch is traced
 //! let mut failed = false;
 //! let mut body = || unsafe { <statements, each input's wait before its first reader> };
-//! body();
+//! body();                                       // traced: trace_waited after each wait
+//! let end = trace_end(&ctx);                     // traced: a barrier and the clock
 //! signal_output(&sync_c, &region_c, &ProducerTile { .. }, failed);
+//! trace_record(&ctx, tile, start, waited, end);  // traced: thread 0 appends a TileTrace
 //! ```
 
 use super::{Plan, config_consts, local, sync};
@@ -144,7 +147,16 @@ fn tile_body(plan: &Plan, host: bool) -> TokenStream {
     let watches = if host { sync::watches(plan) } else { TokenStream::new() };
     let stmts = sync::body_with_waits(plan, host);
     let signals = sync::signals(plan);
+    let (trace_now, trace_end, trace_record) = (paths::trace_now(), paths::trace_end(), paths::trace_record());
+    let (start, waited, end) = (
+        local("__megaops_trace_start"),
+        local("__megaops_trace_waited"),
+        local("__megaops_trace_end"),
+    );
     quote! {
+        let #start = #trace_now(&#ctx);
+        #[allow(unused_mut)]
+        let mut #waited = 0u64;
         // An axis the body does not need is still part of the declared grid.
         #[allow(unused_variables)]
         let [#(#axes,)* ..] = #tile_coords(&#ctx, #tile);
@@ -159,6 +171,9 @@ fn tile_body(plan: &Plan, host: bool) -> TokenStream {
             #stmts
         };
         #run();
+        let #end = #trace_end(&#ctx);
         #signals
+        // SAFETY: the launcher passes a null or valid trace log.
+        unsafe { #trace_record(&#ctx, #tile, #start, #waited, #end) };
     }
 }

@@ -162,6 +162,7 @@ fn arm(plan: &Plan, i: usize) -> TokenStream {
             #(#checks)*
             #(#zero_tiles)*
             let mut #l = #kernel_launch::new(#on.device(), #kernel, &crate::__MEGAOPS_PTX, #entry, #opts);
+            #l.config_name(CONFIGS[#i].name);
             #l.tiles(&[#(#extents),*])?;
             #l.block(#block)?;
             #l.dynamic_smem(#smem)?;

@@ -43,7 +43,8 @@ pub fn regions(plan: &Plan) -> TokenStream {
 }
 
 /// The wait for input `s`: on failure the tile is abandoned (`failed` set, the body
-/// closure returns) and the CTA signals nothing.
+/// closure returns) and the CTA signals nothing; on success a traced launch notes when
+/// the wait ended.
 pub fn wait(s: &SyncPlan) -> TokenStream {
     let wait_input = paths::wait_input();
     let (ctx, tile, failed) = (
@@ -52,11 +53,13 @@ pub fn wait(s: &SyncPlan) -> TokenStream {
         local("__megaops_failed"),
     );
     let (sync, region) = (&s.sync_ident, &s.region_ident);
+    let (trace_waited, waited) = (paths::trace_waited(), local("__megaops_trace_waited"));
     quote! {
         if !#wait_input(&#ctx, #tile, &#sync, &#region) {
             #failed = true;
             return;
         }
+        #trace_waited(&#ctx, &mut #waited);
     }
 }
 

@@ -1,0 +1,274 @@
+//! Tile traces: which launches record their kernel tiles, the device-side log they write
+//! to, and what the host makes of it.
+//!
+//! A launch is traced when its [`LaunchOptions::traced`](crate::LaunchOptions::traced)
+//! is set or its [`AsyncStream`](crate::AsyncStream) has
+//! [`set_tracing`](crate::AsyncStream::set_tracing) on, and the device has a trace log
+//! ([`Device::start_trace`]). Each kernel tile of a traced launch appends one
+//! [`TileTrace`](megaops_device::sync::TileTrace) (start, wait end, end, SM, CTA);
+//! [`Device::take_trace`] waits for the device, reads the log into a [`Trace`] that
+//! names every launch (kernel, tile config, stream, tile grid) and empties the log. The
+//! log is written by CUDA graph replays of traced captures as well.
+//!
+//! - [`perfetto`]: the Chrome-trace / Perfetto JSON of a trace.
+//! - [`exposed`]: per-operator time alone on the GPU vs overlapped with other operators.
+
+pub mod exposed;
+pub mod perfetto;
+
+use crate::buffer::Buffer;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::notes::tile_coords;
+use megaops_device::sync::{TileTrace, TraceLog};
+use std::sync::Arc;
+
+/// One kernel tile of a traced launch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TileEvent {
+    /// The launch (see [`Trace::launch`]).
+    pub launch_id: u32,
+    /// Linear kernel tile.
+    pub tile: u32,
+    /// Its coordinates in the launch's tile grid (row-major, outermost first).
+    pub coords: Vec<u32>,
+    /// SM that ran it.
+    pub sm: u32,
+    /// CTA that ran it.
+    pub cta: u32,
+    /// Start (ns of the device clock: `%globaltimer`, or the CPU backend's virtual clock).
+    pub start_ns: u64,
+    /// End of its last input wait (`start_ns` if it waited for nothing).
+    pub waited_ns: u64,
+    /// End: every thread done, before the output signals.
+    pub end_ns: u64,
+}
+
+/// A traced launch as the host remembers it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TracedLaunch {
+    /// Launch id.
+    pub launch_id: u32,
+    /// Kernel (operator) name.
+    pub kernel: String,
+    /// Its tile config's constants, e.g. `BM=64, BK=256` (empty if it has none).
+    pub config: String,
+    /// The stream it ran on (`stream #4 (lane 1 of AsyncStream #2)`).
+    pub stream: String,
+    /// Kernel-tile grid.
+    pub tile_grid: Vec<u32>,
+}
+
+impl TracedLaunch {
+    /// `kernel[config]`, or the kernel alone when it has no config constants: the name
+    /// timelines and breakdowns use.
+    pub fn label(&self) -> String {
+        if self.config.is_empty() {
+            self.kernel.clone()
+        } else {
+            format!("{}[{}]", self.kernel, self.config)
+        }
+    }
+}
+
+/// What [`Device::take_trace`] read: every recorded tile, by start time, and the launches
+/// they belong to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Trace {
+    /// Recorded tiles, sorted by start time.
+    pub tiles: Vec<TileEvent>,
+    /// The launches of `tiles`, by launch id.
+    pub launches: Vec<TracedLaunch>,
+    /// Tiles recorded past the log's capacity (not in `tiles`).
+    pub dropped: u64,
+}
+
+impl Trace {
+    /// The launch `id`, if one of its tiles was recorded.
+    pub fn launch(&self, id: u32) -> Option<&TracedLaunch> {
+        self.launches
+            .binary_search_by_key(&id, |l| l.launch_id)
+            .ok()
+            .map(|i| &self.launches[i])
+    }
+
+    /// First start and last end of the recorded tiles (`None` if there are none).
+    pub fn span(&self) -> Option<(u64, u64)> {
+        let start = self.tiles.iter().map(|t| t.start_ns).min()?;
+        let end = self.tiles.iter().map(|t| t.end_ns).max()?;
+        Some((start, end))
+    }
+
+    /// The label ([`TracedLaunch::label`]) of a tile's launch (`launch #N` if unknown).
+    pub fn label_of(&self, tile: &TileEvent) -> String {
+        self.launch(tile.launch_id)
+            .map_or_else(|| format!("launch #{}", tile.launch_id), TracedLaunch::label)
+    }
+}
+
+/// Records a log holds when [`Device::start_trace`] is given none (40 bytes each: 10 MiB).
+pub const DEFAULT_TRACE_CAPACITY: u32 = 1 << 18;
+
+/// The device's trace log: a [`TraceLog`] header followed by its records.
+pub(crate) struct TraceBuffer {
+    buffer: Arc<Buffer>,
+    capacity: u32,
+}
+
+const HEADER: usize = std::mem::size_of::<TraceLog>();
+const RECORD: usize = std::mem::size_of::<TileTrace>();
+
+impl TraceBuffer {
+    /// The header's device address, for `KernelCtx::trace`.
+    pub(crate) fn addr(&self) -> u64 {
+        self.buffer.addr()
+    }
+
+    /// The buffer, for launches to keep alive.
+    pub(crate) fn buffer(&self) -> &Arc<Buffer> {
+        &self.buffer
+    }
+}
+
+impl Device {
+    /// Gives the device a tile-trace log of `capacity` records (the first call allocates
+    /// it; later calls empty it). Launches record into it only when traced
+    /// ([`LaunchOptions::traced`](crate::LaunchOptions::traced),
+    /// [`AsyncStream::set_tracing`](crate::AsyncStream::set_tracing)). A log cannot
+    /// shrink or grow once allocated, since captured graphs write to its address: asking
+    /// for more than it holds is an error.
+    pub fn start_trace(&self, capacity: u32) -> Result<()> {
+        if capacity == 0 {
+            return Err(Error::Invalid("a trace log needs room for at least one record".into()));
+        }
+        let mut slot = crate::backend::cuda::lock(self.trace_slot());
+        if let Some(log) = slot.as_ref() {
+            if capacity > log.capacity {
+                return Err(Error::Invalid(format!(
+                    "the device's trace log holds {} records; it cannot grow to {capacity} (captured graphs \
+                     write to its address): ask for the larger capacity in the first `start_trace`",
+                    log.capacity
+                )));
+            }
+            let log = TraceBuffer {
+                buffer: log.buffer.clone(),
+                capacity: log.capacity,
+            };
+            drop(slot);
+            return self.reset_trace(&log);
+        }
+        let bytes = HEADER + RECORD * capacity as usize;
+        let buffer = Arc::new(Buffer::new(self, bytes)?);
+        let log = TraceBuffer { buffer, capacity };
+        self.reset_trace(&log)?;
+        *slot = Some(log);
+        Ok(())
+    }
+
+    /// Writes an empty header (head 0) to the log.
+    fn reset_trace(&self, log: &TraceBuffer) -> Result<()> {
+        let header = TraceLog {
+            head: 0,
+            capacity: log.capacity,
+            records: (log.buffer.addr() + HEADER as u64) as *mut TileTrace,
+        };
+        // SAFETY: TraceLog is repr(C) plain data (two u32 and a pointer, no padding).
+        let bytes = unsafe { std::slice::from_raw_parts(&header as *const TraceLog as *const u8, HEADER) };
+        self.copy_to_device(&log.buffer, 0, bytes)
+    }
+
+    /// The trace log's address and buffer, if [`Device::start_trace`] made one.
+    pub(crate) fn trace_log(&self) -> Option<(u64, Arc<Buffer>)> {
+        crate::backend::cuda::lock(self.trace_slot())
+            .as_ref()
+            .map(|l| (l.addr(), l.buffer().clone()))
+    }
+
+    /// Waits for all work on the device, reads every tile recorded since the last
+    /// [`Device::start_trace`] or `take_trace`, and empties the log. Errors if the
+    /// device has no trace log.
+    pub fn take_trace(&self) -> Result<Trace> {
+        let (buffer, capacity) = {
+            let slot = crate::backend::cuda::lock(self.trace_slot());
+            let Some(log) = slot.as_ref() else {
+                return Err(Error::Invalid(
+                    "the device has no trace log: call `Device::start_trace` before the traced launches".into(),
+                ));
+            };
+            (log.buffer.clone(), log.capacity)
+        };
+        self.synchronize()?;
+        let mut head = [0u8; 4];
+        self.copy_to_host(&buffer, 0, &mut head)?;
+        let head = u32::from_ne_bytes(head);
+        let n = head.min(capacity) as usize;
+        let mut raw = vec![TileTrace::default(); n];
+        // SAFETY: TileTrace is repr(C) plain integers (valid for any bits, no padding:
+        // three u64 then four u32), and `raw` holds exactly n of them.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(raw.as_mut_ptr() as *mut u8, n * RECORD) };
+        self.copy_to_host(&buffer, HEADER, bytes)?;
+        self.reset_trace(&TraceBuffer {
+            buffer: buffer.clone(),
+            capacity,
+        })?;
+        Ok(self.name_trace(raw, u64::from(head - n as u32)))
+    }
+
+    /// Turns raw records into a [`Trace`] with the launches' names from the launch notes.
+    fn name_trace(&self, raw: Vec<TileTrace>, dropped: u64) -> Trace {
+        let notes = self.notes();
+        let mut launches: Vec<TracedLaunch> = Vec::new();
+        let mut ids: Vec<u32> = raw.iter().map(|r| r.launch_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        for id in ids {
+            let launch = match notes.get(id) {
+                Some(n) => TracedLaunch {
+                    launch_id: id,
+                    kernel: n.kernel.clone(),
+                    config: n.config.to_string(),
+                    stream: n.stream.clone(),
+                    tile_grid: n.tile_grid.clone(),
+                },
+                None => TracedLaunch {
+                    launch_id: id,
+                    kernel: format!("launch #{id}"),
+                    config: String::new(),
+                    stream: String::new(),
+                    tile_grid: Vec::new(),
+                },
+            };
+            launches.push(launch);
+        }
+        drop(notes);
+        let mut tiles: Vec<TileEvent> = raw
+            .iter()
+            .map(|r| {
+                let grid = launches
+                    .binary_search_by_key(&r.launch_id, |l| l.launch_id)
+                    .map(|i| launches[i].tile_grid.as_slice())
+                    .unwrap_or(&[]);
+                TileEvent {
+                    launch_id: r.launch_id,
+                    tile: r.tile,
+                    coords: if grid.is_empty() {
+                        vec![r.tile]
+                    } else {
+                        tile_coords(r.tile, grid)
+                    },
+                    sm: r.sm,
+                    cta: r.cta,
+                    start_ns: r.start_ns,
+                    waited_ns: r.waited_ns,
+                    end_ns: r.end_ns,
+                }
+            })
+            .collect();
+        tiles.sort_by_key(|t| (t.start_ns, t.launch_id, t.tile));
+        Trace {
+            tiles,
+            launches,
+            dropped,
+        }
+    }
+}
