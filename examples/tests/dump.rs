@@ -5,7 +5,9 @@
 
 use megaops::device::sync::EPOCH_STRIDE;
 use megaops::testing::cpu_device;
-use megaops::{AsyncStream, DumpPhase, DynRows, Error, LaunchOptions, Result, SemaphoreDump, Tensor, Tiled};
+use megaops::{
+    AsyncStream, DumpPhase, DynGrid, DynRows, Error, Irregular, LaunchOptions, Result, SemaphoreDump, Tensor, Tiled,
+};
 use megaops_examples::protocol::{produce, row_sums};
 
 /// The dump part of a failure message: everything after the first blank line.
@@ -180,5 +182,42 @@ fn many_tiles_are_listed_compactly_with_a_cap_on_incomplete_lines() -> Result<()
     // 33 incomplete tiles: 16 lines, then the count of the rest.
     assert_eq!(lines.len(), 3 + 16 + 1, "{text}");
     assert_eq!(lines[19], "    ... and 17 more incomplete", "{text}");
+    Ok(())
+}
+
+#[test]
+fn two_dimensional_and_irregular_tilings_name_their_tiles_and_targets() -> Result<()> {
+    let dev = cpu_device(7)?;
+    let mut g = Tiled::<f32, DynGrid>::new(&dev, &[8, 8], DynGrid(4, 4), "g")?;
+    let mut z = Tiled::<f32, _>::new(&dev, &[12, 4], Irregular::rows(vec![0, 3, 12]), "z")?;
+    // 4 x 2 producer tiles: two per 4 x 4 data tile. 4-row producer tiles: one covers
+    // rows 0..3, three cover rows 3..12.
+    g.plant_missing_producer("produce", &[4, 2]);
+    z.plant_missing_producer("produce", &[4, 0]);
+    let dump = dev.dump_semaphores()?;
+    let gd = dump.tensor("g").expect("g");
+    assert_eq!(gd.tiles[2].coords, [1, 0]);
+    assert_eq!(dump.tensor("z").map(|z| z.dims[0].bounds.clone()), Some(vec![0, 3, 12]));
+    let text = dump.to_string();
+    assert!(
+        text.contains("  `g` f32[8, 8], DynGrid(4, 4): data tiles 4 x 4 (2 x 2 tiles), epoch 0: "),
+        "{text}"
+    );
+    assert!(
+        text.contains("    g[1,0] = 0 of 2 signals (tile 2 at (1,0), semaphore 0)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(": data tiles bounds [0, 3, 12] x 4 (2 x 1 tiles), epoch 0: "),
+        "{text}"
+    );
+    assert!(
+        text.contains("    z[0] = 0 of 1 signals (tile 0 at (0,0), semaphore 0)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("    z[1] = 0 of 3 signals (tile 1 at (1,0), semaphore 0)"),
+        "{text}"
+    );
     Ok(())
 }

@@ -371,3 +371,16 @@ impl LiveTiled {
         Ok(values)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ranges;
+
+    #[test]
+    fn complete_tiles_read_as_ranges_with_a_cap() {
+        assert_eq!(ranges(&[0, 1, 2, 3, 5, 8, 9]), "0..=3, 5, 8..=9");
+        assert_eq!(ranges(&[7]), "7");
+        let every_other: Vec<u32> = (0..24).step_by(2).collect();
+        assert_eq!(ranges(&every_other), "0, 2, 4, 6, 8, 10, 12, 14, and 4 more");
+    }
+}
