@@ -342,7 +342,8 @@ fn a_missing_producer_beside_a_spinning_kernel_times_out_as_on_the_gpu() -> Resu
             ),
             "{msg}"
         );
-        let waits: Vec<&str> = msg.lines().skip(1).collect();
+        // The wait lines run up to a blank line; after it comes the semaphore dump.
+        let waits: Vec<&str> = msg.lines().skip(1).take_while(|l| !l.is_empty()).collect();
         assert!(!waits.is_empty(), "{msg}");
         for w in waits {
             let w = w.trim();
@@ -353,6 +354,21 @@ fn a_missing_producer_beside_a_spinning_kernel_times_out_as_on_the_gpu() -> Resu
                 "{msg}"
             );
         }
+        let dump = msg
+            .split_once("\n\nlive Tiled tensors:\n")
+            .map(|(_, d)| d)
+            .unwrap_or_default();
+        assert_eq!(
+            dump.lines().collect::<Vec<_>>(),
+            [
+                "  `y` f32[12, 8], DynRows(4): data tiles 4 x 8 (3 x 1 tiles), epoch 0: produced by `produce` \
+                 (recorded, never launched)",
+                "    y[0] = 0 of 1 signals (tile 0 at (0,0), semaphore 0)",
+                "    y[1] = 0 of 1 signals (tile 1 at (1,0), semaphore 0)",
+                "    y[2] = 0 of 1 signals (tile 2 at (2,0), semaphore 0)",
+            ],
+            "{msg}"
+        );
         assert!(!msg.contains("busy") && !msg.contains("hang"), "{msg}");
         assert!(wall.elapsed() < Duration::from_secs(30), "{:?}", wall.elapsed());
         // The device recovers: the next program runs.
@@ -667,7 +683,8 @@ fn gpu_missing_producer_times_out_with_a_readable_message() -> Result<()> {
     // Every lane that times out writes a record and the log keeps the first eight, so
     // which stuck CTA they name is a race (one warp's lanes can fill it); each must name
     // the kernel, a CTA, the tensor and data tile, the value seen and the target.
-    let waits: Vec<&str> = msg.lines().skip(1).collect();
+    // The wait lines run up to a blank line; after it comes the semaphore dump.
+    let waits: Vec<&str> = msg.lines().skip(1).take_while(|l| !l.is_empty()).collect();
     assert!(!waits.is_empty(), "{msg}");
     for w in waits {
         let w = w.trim();
@@ -676,6 +693,23 @@ fn gpu_missing_producer_times_out_with_a_readable_message() -> Result<()> {
             "{msg}"
         );
     }
+    // The dump, read after the timeout: y's three data tiles, none signalled.
+    let dump = msg
+        .split_once("\n\nlive Tiled tensors:\n")
+        .map(|(_, d)| d)
+        .unwrap_or_default();
+    let lines: Vec<&str> = dump.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "  `y` f32[12, 8], DynRows(4): data tiles 4 x 8 (3 x 1 tiles), epoch 0: produced by `produce` \
+             (recorded, never launched)",
+            "    y[0] = 0 of 1 signals (tile 0 at (0,0), semaphore 0)",
+            "    y[1] = 0 of 1 signals (tile 1 at (1,0), semaphore 0)",
+            "    y[2] = 0 of 1 signals (tile 2 at (2,0), semaphore 0)",
+        ],
+        "{msg}"
+    );
     // The device recovers: the next program runs.
     let got = chain(&dev, &s, 100, 10, DynRows(10), 0, 0, 1, 0)?;
     check_sums("after the timeout", &got, 100, 10, 1);

@@ -4,6 +4,7 @@ use crate::backend::BackendKind;
 use crate::backend::cpu::CpuDevice;
 use crate::backend::cuda::{CudaDevice, lock};
 use crate::buffer::Buffer;
+use crate::dump::{LiveTiled, SemaphoreDump};
 use crate::error::{CudaContext as _, Error, Result, SyncFailure};
 use crate::notes::LaunchNotes;
 use crate::tensor::Tensor;
@@ -37,6 +38,9 @@ struct DeviceInner {
     tickets: Mutex<Vec<(Weak<Buffer>, usize, usize)>>,
     /// The tile-trace log, once `start_trace` made one.
     trace: Mutex<Option<crate::trace::TraceBuffer>>,
+    /// Every `Tiled` tensor made on this device, for [`Device::dump_semaphores`] (dead
+    /// entries are pruned when a tensor registers).
+    tiled: Mutex<Vec<Weak<LiveTiled>>>,
 }
 
 /// Default time a tile wait spins before it reports a timeout.
@@ -54,6 +58,7 @@ impl Device {
                 notes: Mutex::new(LaunchNotes::default()),
                 tickets: Mutex::new(Vec::new()),
                 trace: Mutex::new(None),
+                tiled: Mutex::new(Vec::new()),
             }),
         };
         let log = Arc::new(Buffer::new(&dev, std::mem::size_of::<ErrorLog>())?);
@@ -231,6 +236,37 @@ impl Device {
         t.push((Arc::downgrade(counters.buffer()), offset, counters.size_bytes()));
     }
 
+    /// Registers a new `Tiled` tensor for [`Device::dump_semaphores`].
+    pub(crate) fn register_tiled(&self, live: &Arc<LiveTiled>) {
+        let mut t = lock(&self.inner.tiled);
+        t.retain(|w| w.strong_count() > 0);
+        t.push(Arc::downgrade(live));
+    }
+
+    /// Every live [`Tiled`](crate::Tiled) tensor of this device, in creation order: name,
+    /// shape, data tiling, phase, this cycle's producer (kernel, launch, stream) and each
+    /// data tile's semaphore against its target, as signals received of signals expected.
+    /// Its `Display` is the table that hang and timeout reports end with.
+    ///
+    /// It reads the semaphores as they are now, without waiting for queued work
+    /// (synchronise first for a settled view). A tensor whose semaphores cannot be read
+    /// says so in its entry; the dump itself does not fail.
+    pub fn dump_semaphores(&self) -> Result<SemaphoreDump> {
+        let live: Vec<Arc<LiveTiled>> = lock(&self.inner.tiled).iter().filter_map(Weak::upgrade).collect();
+        let notes = self.notes();
+        let tensors = live.iter().map(|t| t.dump(self, &notes)).collect();
+        Ok(SemaphoreDump { tensors })
+    }
+
+    /// A synchronisation failure: the dump of live `Tiled` tensors for its report.
+    fn failure(&self, headline: String, waits: Vec<String>) -> Error {
+        Error::Sync(SyncFailure {
+            headline,
+            waits,
+            semaphores: self.dump_semaphores().ok(),
+        })
+    }
+
     /// After a reported synchronisation failure: waits for all work, then zeroes the
     /// registered ticket counters. Returns a note for the error message if that failed.
     fn rearm_tickets(&self) -> Option<String> {
@@ -295,7 +331,7 @@ impl Device {
         if let Some(note) = self.rearm_tickets() {
             headline = format!("{headline} {note}");
         }
-        Error::Sync(SyncFailure { headline, waits })
+        self.failure(headline, waits)
     }
 
     /// Reads the device error log; on a recorded timeout, clears it and returns the error.
@@ -327,7 +363,7 @@ impl Device {
         if let Some(note) = rearm {
             headline = format!("{headline} {note}");
         }
-        Err(Error::Sync(SyncFailure { headline, waits }))
+        Err(self.failure(headline, waits))
     }
 
     /// Copies `src` into device memory at `buf + offset` (bytes). Synchronous.

@@ -1,6 +1,7 @@
 //! The one error type of the host runtime. Every message carries its context: the
 //! kernel, the tensor, both sides of a mismatch, the CUDA error string.
 
+use crate::dump::SemaphoreDump;
 use std::fmt;
 
 /// Result with [`Error`].
@@ -57,13 +58,27 @@ pub enum Error {
 }
 
 /// One or more tile waits that could not complete, each as a readable line such as
-/// `matmul CTA (3,1) waited 5.0 s on y[2] = 1 of 3 signals`.
+/// `matmul CTA (3,1) waited 5.0 s on y[2] = 1 of 3 signals`, and the semaphores of every
+/// live `Tiled` tensor when it happened.
+///
+/// `Display` writes the headline, one indented line per wait and then, after a blank
+/// line, the [`SemaphoreDump`] table (`live Tiled tensors:` ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncFailure {
     /// Headline (timeout or deadlock).
     pub headline: String,
     /// One line per blocked wait.
     pub waits: Vec<String>,
+    /// Every live `Tiled` tensor with its semaphores, read when the failure was reported
+    /// (`None` if it could not be taken).
+    pub semaphores: Option<SemaphoreDump>,
+}
+
+impl SyncFailure {
+    /// The semaphores of every live `Tiled` tensor when the failure was reported.
+    pub fn semaphores(&self) -> Option<&SemaphoreDump> {
+        self.semaphores.as_ref()
+    }
 }
 
 impl fmt::Display for SyncFailure {
@@ -71,6 +86,9 @@ impl fmt::Display for SyncFailure {
         write!(f, "{}", self.headline)?;
         for w in &self.waits {
             write!(f, "\n  {w}")?;
+        }
+        if let Some(dump) = &self.semaphores {
+            write!(f, "\n\n{dump}")?;
         }
         Ok(())
     }

@@ -190,6 +190,14 @@ impl LaunchNotes {
         }
     }
 
+    /// The stream launch `launch_id` was submitted to, if it is remembered and was submitted.
+    pub fn stream_of(&self, launch_id: u32) -> Option<String> {
+        self.launches
+            .get(&launch_id)
+            .filter(|n| !n.stream.is_empty())
+            .map(|n| n.stream.clone())
+    }
+
     /// The tile-wait timeout of the given launches, if they all have the same one.
     pub fn timeout_of(&self, launches: impl Iterator<Item = u32>) -> Option<std::time::Duration> {
         let mut limits = launches.filter_map(|l| self.launches.get(&l)).map(|n| n.timeout_ns);
@@ -251,7 +259,7 @@ pub(crate) fn tile_coords(mut i: u32, grid: &[u32]) -> Vec<u32> {
 
 /// A data tile named by the dimensions that are actually tiled: `2` for a row tile of a
 /// tensor cut into rows, `1, 3` for a 2-D tiling, `0` for a tensor of one data tile.
-fn tile_index(coords: &[u32], counts: &[u32]) -> String {
+pub(crate) fn tile_index(coords: &[u32], counts: &[u32]) -> String {
     let shown: Vec<String> = coords
         .iter()
         .zip(counts)

@@ -3,6 +3,7 @@
 use crate::backend::cuda::lock;
 use crate::device::Device;
 use crate::dtype::DType;
+use crate::dump::LiveTiled;
 use crate::error::{Error, Result};
 use crate::notes::{HostDim, TensorNote};
 use crate::order::{SharedUses, TiledUse};
@@ -76,6 +77,9 @@ pub struct Tiled<T: DType, D: DataTiling> {
     name: String,
     state: Arc<Mutex<TiledState>>,
     uses: SharedUses,
+    /// This tensor in the device's registry of live `Tiled` tensors (the only strong
+    /// reference: the entry dies with the tensor).
+    _live: Arc<LiveTiled>,
 }
 
 /// The protocol state of a `Tiled` tensor, shared with launch targets that must restore
@@ -151,6 +155,16 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
             })
             .collect::<Result<Vec<_>>>()?;
         let state = Arc::new(Mutex::new(TiledState { epoch, phase }));
+        let live = Arc::new(LiveTiled {
+            name: name.to_string(),
+            dtype: T::NAME,
+            shape: data.shape().to_vec(),
+            tiling: tiling.describe(),
+            dims: dims.clone(),
+            sema: sema.clone(),
+            state: state.clone(),
+        });
+        device.register_tiled(&live);
         Ok(Tiled {
             data,
             sema,
@@ -161,6 +175,7 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
             name: name.to_string(),
             state,
             uses: SharedUses::default(),
+            _live: live,
         })
     }
 
