@@ -89,6 +89,11 @@ pub struct Generate {
     /// Write the f32 logits of every step, `[steps, batch, vocab]` little-endian.
     #[arg(long)]
     pub logits_out: Option<PathBuf>,
+    /// Trace the kernel tiles of the prefill and the first decode step: writes
+    /// `prefill.json` / `decode.json` (Perfetto), their timeline and per-operator
+    /// exposed-time charts (PNG) to this folder and prints the breakdowns.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
 }
 
 /// `megaops info`.
@@ -176,4 +181,10 @@ pub struct Bench {
     /// operator, overlapped against serial, at every batch size (GPU only).
     #[arg(long)]
     pub breakdown: bool,
+    /// After each overlapped row, run it again with tile tracing on: write the traces of
+    /// one prefill and one decode step (Perfetto JSON, timeline and exposed-time PNGs) to
+    /// this folder, print their breakdowns and the traced step time against the
+    /// untraced one.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
 }

@@ -105,6 +105,42 @@ pub fn run_bench(b: Bench) -> Result<()> {
             eprintln!("{name}: {} batch {} {} …", s.workload.name(), s.batch, s.mode.name());
             let row = bench::run(&lm, &name, s, b.streams, read_gbps)?;
             write_json(&mut json, b.json.as_deref(), &row)?;
+            if let (Some(dir), Mode::Overlapped) = (&b.trace, s.mode) {
+                eprintln!("{name}: {} batch {} traced …", s.workload.name(), s.batch);
+                let traced = bench::trace(&lm, s, b.streams)?;
+                let stem = format!("{name}-{}-b{}", s.workload.name(), s.batch);
+                let title = format!("{name} {} batch {}", s.workload.name(), s.batch);
+                crate::trace::write(
+                    dir,
+                    &format!("{stem}-prefill"),
+                    &format!("{title}: prefill"),
+                    &traced.prefill,
+                    false,
+                )?;
+                if let Some(d) = &traced.decode {
+                    crate::trace::write(
+                        dir,
+                        &format!("{stem}-decode"),
+                        &format!("{title}: decode step"),
+                        d,
+                        false,
+                    )?;
+                }
+                if let (Some(on), Some(off)) = (traced.traced_step_ms, row.step_ms) {
+                    println!(
+                        "tracing overhead, {title}: {on:.4} ms traced vs {off:.4} ms untraced ({:+.1} %)",
+                        (on / off - 1.0) * 100.0
+                    );
+                    write_json(
+                        &mut json,
+                        b.json.as_deref(),
+                        &serde_json::json!({
+                            "model": name, "workload": s.workload.name(), "batch": s.batch,
+                            "mode": "overlapped-traced", "step_ms": on, "untraced_step_ms": off,
+                        }),
+                    )?;
+                }
+            }
             rows.push(row);
         }
         println!("{}", table(&name, &rows));

@@ -5,6 +5,7 @@
 mod args;
 mod bench;
 mod run;
+mod trace;
 
 use clap::Parser;
 

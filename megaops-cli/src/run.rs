@@ -136,6 +136,7 @@ fn run_generate(g: Generate) -> Result<()> {
         graph: !g.no_graph,
         force_tokens: g.force_tokens.as_deref().map(read_json).transpose()?,
         keep_logits: g.logits_out.is_some(),
+        trace: g.trace.is_some(),
     };
     if g.streams == 0 {
         return Err(ModelError::Request("--streams must be at least 1".into()));
@@ -169,6 +170,13 @@ fn run_generate(g: Generate) -> Result<()> {
         }
     };
     let out = generate(&lm, &on, &prompts, &opts, &mut on_tokens)?;
+    if let (Some(dir), Some(traces)) = (&g.trace, &out.traces) {
+        let title = format!("{} batch {}", src.name, prompts.len());
+        crate::trace::write(dir, "prefill", &format!("{title}: prefill"), &traces.prefill, g.json)?;
+        if let Some(d) = &traces.decode {
+            crate::trace::write(dir, "decode", &format!("{title}: decode step"), d, g.json)?;
+        }
+    }
     if let Some(path) = &g.logits_out {
         let bytes: Vec<u8> = out.logits.iter().flatten().flat_map(|v| v.to_le_bytes()).collect();
         std::fs::write(path, bytes).map_err(|e| ModelError::Io {

@@ -273,3 +273,83 @@ fn bench_refuses_bad_requests_before_running() {
         "batch 17",
     );
 }
+
+/// A `--trace` folder's files: Perfetto JSON with `traceEvents` (tile slices named
+/// `kernel[config]`), PNGs that start with the PNG signature.
+fn check_trace_files(dir: &std::path::Path, stem: &str) {
+    let text = std::fs::read_to_string(dir.join(format!("{stem}.json"))).expect("the trace JSON");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let events = v["traceEvents"].as_array().expect("traceEvents");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["cat"] == "tile" && e["name"].as_str().is_some_and(|n| n.starts_with("gemv[BN="))),
+        "{stem}: a tile slice names operator and config"
+    );
+    for png in ["timeline", "breakdown"] {
+        let bytes = std::fs::read(dir.join(format!("{stem}-{png}.png"))).expect("the PNG");
+        assert!(
+            bytes.starts_with(b"\x89PNG\r\n\x1a\n") && bytes.len() > 1000,
+            "{stem}-{png}.png"
+        );
+    }
+}
+
+#[test]
+fn generate_writes_a_trace_of_the_prefill_and_a_decode_step() {
+    let dir = std::env::temp_dir().join(format!("megaops-trace-{}", std::process::id()));
+    let out = megaops(&[
+        "generate",
+        "--preset",
+        "tiny",
+        "--prompt-ids",
+        "1,2,3",
+        "--max-new-tokens",
+        "3",
+        "--ignore-eos",
+        "--trace",
+        dir.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("decode step: ") && stdout.contains("exposed µs") && stdout.contains("decode_attention["),
+        "the breakdown table is printed: {stdout}"
+    );
+    check_trace_files(&dir, "prefill");
+    check_trace_files(&dir, "decode");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_traces_overlapped_rows_and_reports_the_overhead() {
+    let dir = std::env::temp_dir().join(format!("megaops-bench-trace-{}", std::process::id()));
+    let out = megaops(&[
+        "bench",
+        "--presets",
+        "tiny",
+        "--workloads",
+        "short-decode",
+        "--batches",
+        "1",
+        "--modes",
+        "overlapped",
+        "--prompt-len",
+        "4",
+        "--new-tokens",
+        "4",
+        "--prefill-reps",
+        "1",
+        "--trace",
+        dir.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("tracing overhead, tiny short-decode batch 1: "),
+        "{stdout}"
+    );
+    check_trace_files(&dir, "tiny-short-decode-b1-prefill");
+    check_trace_files(&dir, "tiny-short-decode-b1-decode");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -330,6 +330,101 @@ pub fn run(lm: &CausalLm, model: &str, spec: &BenchSpec, streams: usize, read_gb
     })
 }
 
+/// What [`trace`] recorded: the tiles of one prefill and of one decode step, and the
+/// decode step's time with every launch traced.
+pub struct TracedRun {
+    /// One traced prefill.
+    pub prefill: megaops::Trace,
+    /// One traced decode step (a replay of a graph captured with tracing on), if the
+    /// workload decodes.
+    pub decode: Option<megaops::Trace>,
+    /// Median step time of the traced graph's replays (CUDA events; wall time on the CPU
+    /// backend), to set against the untraced [`BenchRow::step_ms`] of the same mode.
+    pub traced_step_ms: Option<f64>,
+}
+
+/// Runs `spec` once more with tile tracing on: a traced prefill (recorded), a decode
+/// graph captured with tracing on, one replay (recorded), then the workload's other
+/// replays timed as [`run`] times them. Eager mode traces its first step and times
+/// nothing.
+pub fn trace(lm: &CausalLm, spec: &BenchSpec, streams: usize) -> Result<TracedRun> {
+    let c = lm.config();
+    let device = lm.lm_head().device().clone();
+    let (batch, prompt_len, new_tokens) = (spec.batch, spec.prompt_len(), spec.new_tokens());
+    let prompts = random_prompts(batch, prompt_len, c.vocab_size, spec.seed);
+    let on = spec.mode.stream(&device, streams)?;
+    device.start_trace(crate::generate::TRACE_CAPACITY)?;
+    let mut session = Session::new(lm, batch, prompt_len, new_tokens)?;
+    let mut prefill = session.prefill_inputs(&prompts)?;
+    // An untraced prefill first (module loading), then the traced one.
+    session.prefill(&on, &mut prefill)?;
+    on.synchronize()?;
+    on.set_tracing(true);
+    session.prefill(&on, &mut prefill)?;
+    on.synchronize()?;
+    on.set_tracing(false);
+    let prefill_trace = device.take_trace()?;
+    let first = prefill.pass().next_ids().tensor().to_vec()?;
+    drop(prefill);
+    if new_tokens <= 1 {
+        return Ok(TracedRun {
+            prefill: prefill_trace,
+            decode: None,
+            traced_step_ms: None,
+        });
+    }
+    let mut decoder = session.decoder(&first)?;
+    on.set_tracing(true);
+    let graph = match spec.mode {
+        Mode::Eager => None,
+        Mode::Overlapped | Mode::Serial => Some(decoder.capture(&on)),
+    };
+    let graph = match graph {
+        Some(g) => Some(g.inspect_err(|_| on.set_tracing(false))?),
+        None => None,
+    };
+    let Some(graph) = graph else {
+        decoder.step(&on)?;
+        on.synchronize()?;
+        on.set_tracing(false);
+        return Ok(TracedRun {
+            prefill: prefill_trace,
+            decode: Some(device.take_trace()?),
+            traced_step_ms: None,
+        });
+    };
+    on.set_tracing(false);
+    graph.launch(&on)?;
+    on.synchronize()?;
+    let decode = device.take_trace()?;
+    // As many timed replays as the log holds whole (each writes as many records).
+    let fit = crate::generate::TRACE_CAPACITY as usize / decode.tiles.len().max(1);
+    let steps = decoder.max_steps().saturating_sub(1).min(fit.saturating_sub(1));
+    let mut marks = Vec::with_capacity(steps + 1);
+    marks.push(mark(&on)?);
+    for _ in 0..steps {
+        graph.launch(&on)?;
+        marks.push(mark(&on)?);
+    }
+    on.synchronize()?;
+    let mut times = Vec::new();
+    for w in marks.windows(2) {
+        times.push(elapsed_ms(&w[0], &w[1])?);
+    }
+    let dropped = device.take_trace()?.dropped;
+    if dropped > 0 {
+        return Err(ModelError::Request(format!(
+            "the trace log overflowed by {dropped} records while timing traced replays: the traced step time \
+             would not include their stores"
+        )));
+    }
+    Ok(TracedRun {
+        prefill: prefill_trace,
+        decode: Some(decode),
+        traced_step_ms: percentiles(times).map(|p| p.0),
+    })
+}
+
 /// The device's pure-read bandwidth in GB/s (`bandwidth::read_bandwidth` over a 1 GiB
 /// buffer, 4 CTAs per SM, median of 7 graph replays of 4 launches); `None` on the CPU
 /// backend.

@@ -7,7 +7,7 @@ use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::layers::attention::{AttentionKind, KvCache, Positions};
 use crate::model::{CausalLm, MAX_BATCH, Pass};
-use megaops::{AsyncStream, Graph, Tensor};
+use megaops::{AsyncStream, Graph, LaunchTarget as _, Tensor, Trace};
 use megaops_kernels::attention::decode;
 use megaops_kernels::decode_step::advance_decode;
 use megaops_kernels::rope::RopeTable;
@@ -27,6 +27,10 @@ pub struct GenerateOptions {
     pub force_tokens: Option<Vec<Vec<u32>>>,
     /// Keep the f32 logits of every step (prefill first), `[steps][batch][vocab]`.
     pub keep_logits: bool,
+    /// Record the kernel tiles of the prefill and of the first decode step
+    /// ([`Generation::traces`]; later steps of a traced graph record past the log's end,
+    /// which only counts them).
+    pub trace: bool,
 }
 
 impl Default for GenerateOptions {
@@ -37,6 +41,7 @@ impl Default for GenerateOptions {
             graph: true,
             force_tokens: None,
             keep_logits: false,
+            trace: false,
         }
     }
 }
@@ -55,7 +60,21 @@ pub struct Generation {
     pub decode_steps: usize,
     /// Wall time of all decode steps, including each step's read-back.
     pub decode_ms: f64,
+    /// With `trace`: the tile traces of the prefill and the first decode step.
+    pub traces: Option<GenerationTraces>,
 }
+
+/// The tile traces of a traced generation.
+#[derive(Clone, Debug, Default)]
+pub struct GenerationTraces {
+    /// The prefill.
+    pub prefill: Trace,
+    /// The first decode step (`None` if the generation had no decode step).
+    pub decode: Option<Trace>,
+}
+
+/// Records a trace log holds for a traced generation or bench (40 MiB).
+pub const TRACE_CAPACITY: u32 = 1 << 20;
 
 impl Generation {
     /// Mean wall time per decode step.
@@ -372,11 +391,23 @@ pub fn generate(
         done.iter().all(|&d| d)
     };
 
+    let device = on.device().clone();
+    if opts.trace {
+        device.start_trace(TRACE_CAPACITY)?;
+        on.set_tracing(true);
+    }
+
     // Prefill.
     let t0 = Instant::now();
     let mut prefill = session.prefill_inputs(prompts)?;
     session.prefill(on, &mut prefill)?;
     on.synchronize()?;
+    if opts.trace {
+        out.traces = Some(GenerationTraces {
+            prefill: device.take_trace()?,
+            decode: None,
+        });
+    }
     let first = prefill.pass().next_ids().tensor().to_vec()?;
     if opts.keep_logits {
         out.logits.push(prefill.pass().logits().tensor().to_vec()?);
@@ -385,6 +416,7 @@ pub fn generate(
     drop(prefill);
     let finished = record(0, &first, &mut out);
     if opts.max_new_tokens == 1 || finished {
+        on.set_tracing(false);
         return Ok(out);
     }
 
@@ -405,6 +437,14 @@ pub fn generate(
             None => decoder.step(on)?,
         }
         on.synchronize()?;
+        if t == 1 && opts.trace {
+            let decode = device.take_trace()?;
+            if let Some(traces) = out.traces.as_mut() {
+                traces.decode = Some(decode);
+            }
+            // Eager steps stop recording; a traced graph goes on (past the log's end).
+            on.set_tracing(false);
+        }
         let sampled = decoder.pass().next_ids().tensor().to_vec()?;
         if opts.keep_logits {
             out.logits.push(decoder.pass().logits().tensor().to_vec()?);
@@ -419,5 +459,8 @@ pub fn generate(
         }
     }
     out.decode_ms = t1.elapsed().as_secs_f64() * 1e3;
+    if opts.trace {
+        device.take_trace()?;
+    }
     Ok(out)
 }

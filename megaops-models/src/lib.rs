@@ -21,5 +21,5 @@ pub mod tokenizer;
 
 pub use config::{Architecture, Config};
 pub use error::{ModelError, Result};
-pub use generate::{Decoder, GenerateOptions, Generation, Prefill, Session, generate};
+pub use generate::{Decoder, GenerateOptions, Generation, GenerationTraces, Prefill, Session, generate};
 pub use model::{CausalLm, Model, Pass};

@@ -60,6 +60,7 @@ fn check_against_reference(name: &str, prompts: Vec<Vec<u32>>, new: usize, on: i
         graph: true,
         force_tokens: Some(want_tokens.iter().map(|t| t[..new - 1].to_vec()).collect()),
         keep_logits: true,
+        trace: false,
     };
     let s = on(&dev);
     let out = generate(&lm, &s, &prompts, &opts, &mut |_, _| {}).expect("generate");
@@ -135,6 +136,7 @@ fn overlapped_serial_graph_and_eager_generations_agree() {
             graph,
             force_tokens: None,
             keep_logits: true,
+            trace: false,
         };
         generate(&lm, &s, &prompts, &opts, &mut |_, _| {}).expect("generate")
     };
