@@ -31,7 +31,21 @@ fn program(dev: &Device, s: &AsyncStream, traced_consumer_only: bool) -> Result<
 /// Every traced tile once, start ≤ wait end ≤ end, and each consumer tile's wait ended
 /// at or after the end of every producer tile that wrote the data tiles it read.
 fn check_trace(trace: &Trace) {
-    assert_eq!(trace.dropped, 0);
+    assert_eq!(trace.check(), Ok(()));
+    let r = trace.launch(
+        trace
+            .tiles
+            .iter()
+            .find(|t| trace.launch(t.launch_id).is_some_and(|l| l.kernel == "row_sums"))
+            .map_or(0, |t| t.launch_id),
+    );
+    if let Some(r) = r.filter(|_| trace.launches.len() == 2) {
+        assert_eq!(
+            r.waits_on,
+            vec![trace.launches[0].launch_id],
+            "row_sums waits on produce"
+        );
+    }
     let by_kernel = |k: &str| -> BTreeMap<Vec<u32>, &megaops::TileEvent> {
         let mut tiles = BTreeMap::new();
         for t in trace
@@ -207,6 +221,7 @@ fn a_small_log_counts_what_it_drops() -> Result<()> {
     let trace = dev.take_trace()?;
     let all = M.div_ceil(P_BM) * N.div_ceil(P_BN) + M.div_ceil(C_BM);
     assert_eq!((trace.tiles.len() as u64, trace.dropped), (5, u64::from(all) - 5));
+    assert!(trace.check().is_err_and(|p| p[0].contains("not recorded")));
     // It cannot grow once graphs may hold its address; it can be emptied again.
     let err = dev.start_trace(6).expect_err("a log cannot grow");
     assert!(

@@ -24,8 +24,12 @@ pub fn write(dir: &Path, name: &str, title: &str, trace: &Trace, quiet_stdout: b
     draw_timeline(&timeline, title, trace, &breakdown)?;
     let chart = dir.join(format!("{name}-breakdown.png"));
     draw_breakdown(&chart, title, &breakdown)?;
+    let checked = match trace.check() {
+        Ok(()) => "checked: every tile once, times in order, consumers after producers".to_string(),
+        Err(p) => format!("CHECK FAILED ({} problems):\n  {}", p.len(), p.join("\n  ")),
+    };
     let text = format!(
-        "== {title}: {} tiles of {} launches{} ==\n{breakdown}\nwrote {}, {}, {}",
+        "== {title}: {} tiles of {} launches{} ==\n{breakdown}\n{checked}\nwrote {}, {}, {}",
         trace.tiles.len(),
         trace.launches.len(),
         if trace.dropped > 0 {

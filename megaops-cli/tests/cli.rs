@@ -316,6 +316,13 @@ fn generate_writes_a_trace_of_the_prefill_and_a_decode_step() {
         stdout.contains("decode step: ") && stdout.contains("exposed µs") && stdout.contains("decode_attention["),
         "the breakdown table is printed: {stdout}"
     );
+    assert_eq!(
+        stdout
+            .matches("checked: every tile once, times in order, consumers after producers")
+            .count(),
+        2,
+        "{stdout}"
+    );
     check_trace_files(&dir, "prefill");
     check_trace_files(&dir, "decode");
     let _ = std::fs::remove_dir_all(&dir);

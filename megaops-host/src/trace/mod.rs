@@ -57,6 +57,8 @@ pub struct TracedLaunch {
     pub stream: String,
     /// Kernel-tile grid.
     pub tile_grid: Vec<u32>,
+    /// The launches that produce the synchronised inputs it waits on.
+    pub waits_on: Vec<u32>,
 }
 
 impl TracedLaunch {
@@ -97,6 +99,60 @@ impl Trace {
         let start = self.tiles.iter().map(|t| t.start_ns).min()?;
         let end = self.tiles.iter().map(|t| t.end_ns).max()?;
         Some((start, end))
+    }
+
+    /// Checks a trace of one execution of each launch (one eager run or one graph
+    /// replay): every tile has start ≤ wait end ≤ end; every launch recorded each of its
+    /// kernel tiles exactly once; and no tile of a launch stopped waiting before the
+    /// first tile of a launch it waits on had ended (a tile's end is taken before its
+    /// signals, so a consumer that passed its wait saw at least one producer tile end).
+    /// Returns every violation found, described.
+    pub fn check(&self) -> std::result::Result<(), Vec<String>> {
+        let mut problems = Vec::new();
+        if self.dropped > 0 {
+            problems.push(format!("{} tiles were not recorded (the log was full)", self.dropped));
+        }
+        let mut per_launch: std::collections::BTreeMap<u32, Vec<&TileEvent>> = Default::default();
+        for t in &self.tiles {
+            if !(t.start_ns <= t.waited_ns && t.waited_ns <= t.end_ns) {
+                problems.push(format!(
+                    "{} tile {:?}: times out of order: {t:?}",
+                    self.label_of(t),
+                    t.coords
+                ));
+            }
+            per_launch.entry(t.launch_id).or_default().push(t);
+        }
+        for (id, tiles) in &per_launch {
+            let Some(l) = self.launch(*id) else { continue };
+            let mut seen: Vec<u32> = tiles.iter().map(|t| t.tile).collect();
+            seen.sort_unstable();
+            let n = seen.len();
+            seen.dedup();
+            let want: u64 = l.tile_grid.iter().map(|&g| u64::from(g)).product();
+            if seen.len() != n || seen.len() as u64 != want {
+                problems.push(format!(
+                    "{} (launch {id}): {n} records of {} distinct tiles, the grid has {want}",
+                    l.label(),
+                    seen.len()
+                ));
+            }
+            for p in &l.waits_on {
+                let Some(first_end) = per_launch.get(p).and_then(|pt| pt.iter().map(|t| t.end_ns).min()) else {
+                    continue;
+                };
+                if let Some(t) = tiles.iter().find(|t| t.waited_ns < first_end) {
+                    problems.push(format!(
+                        "{} tile {:?} (launch {id}) stopped waiting at {} ns, before any tile of launch {p} ended \
+                         (first end {first_end} ns)",
+                        l.label(),
+                        t.coords,
+                        t.waited_ns
+                    ));
+                }
+            }
+        }
+        if problems.is_empty() { Ok(()) } else { Err(problems) }
     }
 
     /// The label ([`TracedLaunch::label`]) of a tile's launch (`launch #N` if unknown).
@@ -229,6 +285,17 @@ impl Device {
                     config: n.config.to_string(),
                     stream: n.stream.clone(),
                     tile_grid: n.tile_grid.clone(),
+                    waits_on: {
+                        let mut w: Vec<u32> = n
+                            .tensors
+                            .iter()
+                            .filter_map(|(_, t)| t.producer_launch.map(|(_, l)| l))
+                            .filter(|&l| l != 0 && l != id)
+                            .collect();
+                        w.sort_unstable();
+                        w.dedup();
+                        w
+                    },
                 },
                 None => TracedLaunch {
                     launch_id: id,
@@ -236,6 +303,7 @@ impl Device {
                     config: String::new(),
                     stream: String::new(),
                     tile_grid: Vec::new(),
+                    waits_on: Vec::new(),
                 },
             };
             launches.push(launch);
