@@ -2,13 +2,16 @@
 # Runs, on a GPU machine, every GPU test (tests whose name contains "gpu") of the bundle
 # made by scripts/gpu-bundle.sh, the Figure 1 example and the benchmark suites, each under
 # its own timeout. Full logs go to $OUT (default ./gpu-out); a short summary is printed
-# last. Usage: [TESTS="bin ..."] gpu-run.sh [tests|bench|all|engine|e2e] [suite:seconds ...]
+# last. Usage: [TESTS="bin ..."] gpu-run.sh [tests|bench|all|engine|e2e|trace] [suite:seconds ...]
 #   engine: TESTS' GPU tests beside bench/hf_compare.py (HF_ARGS, HF_TIMEOUT), then
 #   end-to-end generations of E2E_PRESETS overlapped and with --no-overlap.
 #   e2e: `megaops bench $E2E_ARGS` (E2E_TIMEOUT) into $OUT/e2e.jsonl, then
 #   torch_baseline.py $TORCH_ARGS (TORCH_TIMEOUT; skipped when TORCH_ARGS=none) with the
 #   read bandwidth megaops measured, into $OUT/torch.jsonl; TESTS' GPU tests first;
 #   with BREAKDOWN_ARGS, `megaops bench --breakdown $BREAKDOWN_ARGS` after the bench.
+#   trace: TESTS' GPU tests, then `megaops generate --trace` for each of TRACE_PRESETS
+#   (128-token prompt, 8 new tokens) and `megaops bench $TRACE_BENCH_ARGS --trace`
+#   (TRACE_TIMEOUT) into $OUT/trace.jsonl; the trace folders packed as $OUT/traces.tgz.
 #   default suites: overlap:50 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30
 #   MEGAOPS_BENCH_BUDGET_S (default 25 here) caps the suites that stop adding shapes.
 set -u
@@ -90,6 +93,25 @@ for l in open(sys.argv[1]):
     step = "-" if r["step_ms"] is None else "%.3f" % r["step_ms"]
     print("%-12s %-12s b=%-2d %-20s step=%s tok/s=%.0f prefill=%.2f" % (r["model"], r["workload"], r["batch"], r["mode"], step, r["tokens_per_s"], r["prefill_ms"]))
 ' "$OUT/torch.jsonl" >> "$summary" 2>/dev/null
+fi
+if [ "$what" = trace ]; then
+  mkdir -p "$OUT/trace"
+  for t in ${TESTS:-}; do
+    timeout -k 5 "${TEST_TIMEOUT:-150}" "tests/$t" gpu --test-threads=1 > "$OUT/trace/test-$t.log" 2>&1
+    echo "test $t: rc=$? $(grep -a "test result" "$OUT/trace/test-$t.log" | tail -1)" >> "$summary"
+  done
+  prompt=$(seq -s, 1 128)
+  for p in ${TRACE_PRESETS:-qwen3-0.6b}; do
+    timeout -k 5 120 ./megaops generate --preset "$p" --prompt-ids "$prompt" --max-new-tokens 8 --ignore-eos \
+      --trace "$OUT/trace/$p" > "$OUT/trace/generate-$p.log" 2>&1
+    echo "generate --trace $p: rc=$? $(grep -a -E '^(checked|CHECK)' "$OUT/trace/generate-$p.log" | sort | uniq -c | tr '\n' ' ')" >> "$summary"
+  done
+  timeout -k 5 "${TRACE_TIMEOUT:-300}" ./megaops bench ${TRACE_BENCH_ARGS:-} --trace "$OUT/trace/bench" --json "$OUT/trace.jsonl" \
+    > "$OUT/trace/bench.md" 2> "$OUT/trace/bench.err"
+  echo "megaops bench --trace: rc=$? at +$(( $(date +%s) - t0 ))s $(tail -1 "$OUT/trace/bench.err")" >> "$summary"
+  grep -a -E "^(tracing overhead|checked|CHECK|== )" "$OUT/trace/bench.md" >> "$summary"
+  grep -a -A14 "decode step: " "$OUT"/trace/generate-*.log | head -n 120 >> "$summary"
+  tar czf "$OUT/traces.tgz" -C "$OUT" trace && rm -rf "$OUT/trace"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   for st in "${suites[@]}"; do
