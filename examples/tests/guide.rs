@@ -1,9 +1,9 @@
 //! `GUIDE.md` is true: its Rust blocks appear as written in the files that are compiled
 //! (`examples/src/guide.rs`, `src/lib.rs`, `build.rs`, this test), and its code runs.
 
-use megaops::Result;
 use megaops::testing::cpu_device;
-use megaops_examples::guide::guide_run;
+use megaops::{AsyncStream, DynRows, LaunchOptions, Result, Tensor, Tiled};
+use megaops_examples::guide::{guide_run, guide_scale};
 
 /// The ```rust blocks of the guide.
 fn rust_blocks(guide: &str) -> Vec<String> {
@@ -53,5 +53,32 @@ fn the_guide_runs_on_the_cpu_backend() -> Result<()> {
         let want: Vec<f32> = (0..37 * 5).map(|v| v as f32).collect();
         assert_eq!(z, want, "seed {seed}");
     }
+    Ok(())
+}
+
+#[test]
+fn the_guide_traces_on_the_cpu_backend() -> Result<()> {
+    let dev = cpu_device(2)?;
+    let (m, n) = (37usize, 5usize);
+    let (m32, n32) = (m as u32, n as u32);
+    let values: Vec<f32> = (0..m * n).map(|v| v as f32).collect();
+    let x = Tensor::from_slice(&dev, &[m, n], &values)?;
+    let mut y = Tiled::<f32, DynRows>::new(&dev, &[m, n], DynRows(8), "y")?;
+    let mut z = Tensor::<f32>::zeros(&dev, &[m, n])?;
+    let dir = std::env::temp_dir().join(format!("megaops-guide-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| megaops::Error::Invalid(e.to_string()))?;
+    dev.start_trace(1 << 16)?; // room for 65536 tile records
+    let s = AsyncStream::new(&dev, 2)?;
+    s.set_tracing(true); // every launch on s records its tiles (or LaunchOptions::traced())
+    guide_scale::launch(&s, &x, &mut y, m32, n32, 2.0)?;
+    guide_scale::launch_with(&s, &LaunchOptions::config(1), &y, &mut z, m32, n32, 0.5)?;
+    let trace = dev.take_trace()?; // waits for the device, empties the log
+    trace.check().expect("every tile once, consumers after producers");
+    trace.write_perfetto(&dir.join("guide.json"))?; // open in ui.perfetto.dev
+    println!("{}", trace.breakdown()); // per operator: exposed vs overlapped µs
+    assert_eq!(z.to_vec()?, values);
+    assert_eq!(trace.launches.len(), 2);
+    assert!(std::fs::metadata(dir.join("guide.json")).is_ok_and(|m| m.len() > 100));
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
