@@ -130,6 +130,57 @@ fn figure1_refuses_shapes_the_gemm_cannot_run() -> Result<()> {
     Ok(())
 }
 
+/// A traced Figure 1 run and a traced graph replay: every tile of both GEMMs recorded
+/// once, times in order, and no consumer tile past its wait before a producer tile ended.
+fn traced_runs(dev: &Device, shape: Shape, seed: u64, rows: usize) -> Result<()> {
+    dev.start_trace(1 << 18)?;
+    let s = AsyncStream::new(dev, 2)?;
+    s.set_tracing(true);
+    let mut fig1 = Fig1::new(dev, shape, seed)?;
+    for (p, c) in [(5, 0), (0, 5)] {
+        fig1.run(&s, p, c)?;
+        let trace = dev.take_trace()?;
+        check(&fig1, rows, "a traced run")?;
+        assert_eq!(trace.check(), Ok(()), "configs ({p}, {c})");
+        assert_eq!(trace.launches.len(), 2);
+        assert_eq!(trace.launches[1].waits_on, vec![trace.launches[0].launch_id]);
+    }
+    let graph = s.capture(|s| fig1.run(s, 5, 5))?;
+    fig1.poison()?;
+    graph.launch(&s)?;
+    let trace = dev.take_trace()?;
+    check(&fig1, rows, "a traced replay")?;
+    assert_eq!(trace.check(), Ok(()), "replay");
+    Ok(())
+}
+
+#[test]
+fn figure1_traced_on_the_cpu_backend() -> Result<()> {
+    let seed = fresh_seed("figure1_traced_on_the_cpu_backend");
+    let dev = cpu_device(seed)?;
+    let shape = Shape {
+        m: 130,
+        k: 40,
+        n1: 72,
+        n2: 50,
+    };
+    traced_runs(&dev, shape, seed, usize::MAX)
+}
+
+#[test]
+fn gpu_figure1_traced() -> Result<()> {
+    let Some(dev) = gpu_or_skip("gpu_figure1_traced") else {
+        return Ok(());
+    };
+    let shape = Shape {
+        m: 2177,
+        k: 1032,
+        n1: 1544,
+        n2: 1001,
+    };
+    traced_runs(&dev, shape, fresh_seed("gpu_figure1_traced"), 128)
+}
+
 #[test]
 fn figure1_on_the_gpu() -> Result<()> {
     let Some(dev) = gpu_or_skip("figure1_on_the_gpu") else {
