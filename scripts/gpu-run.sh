@@ -111,7 +111,8 @@ if [ "$what" = trace ]; then
   echo "megaops bench --trace: rc=$? at +$(( $(date +%s) - t0 ))s $(tail -1 "$OUT/trace/bench.err")" >> "$summary"
   grep -a -E "^(tracing overhead|checked|CHECK|== )" "$OUT/trace/bench.md" >> "$summary"
   grep -a -A14 "decode step: " "$OUT"/trace/generate-*.log | head -n 120 >> "$summary"
-  tar czf "$OUT/traces.tgz" -C "$OUT" trace && rm -rf "$OUT/trace"
+  # (A 1024-token prefill's Perfetto JSON runs to tens of MB: only its PNGs travel back.)
+  tar czf "$OUT/traces.tgz" -C "$OUT" --exclude='bench/*prefill.json' trace && rm -rf "$OUT/trace"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   for st in "${suites[@]}"; do
