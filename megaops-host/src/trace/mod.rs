@@ -190,7 +190,8 @@ impl Device {
     /// Gives the device a tile-trace log of `capacity` records (the first call allocates
     /// it; later calls empty it). Launches record into it only when traced
     /// ([`LaunchOptions::traced`](crate::LaunchOptions::traced),
-    /// [`AsyncStream::set_tracing`](crate::AsyncStream::set_tracing)). A log cannot
+    /// [`AsyncStream::set_tracing`](crate::AsyncStream::set_tracing)); emptying it first
+    /// waits for the device's work. A log cannot
     /// shrink or grow once allocated, since captured graphs write to its address: asking
     /// for more than it holds is an error.
     pub fn start_trace(&self, capacity: u32) -> Result<()> {
@@ -211,6 +212,8 @@ impl Device {
                 capacity: log.capacity,
             };
             drop(slot);
+            // Traced work still running would append while the header is rewritten.
+            self.synchronize()?;
             return self.reset_trace(&log);
         }
         let bytes = HEADER + RECORD * capacity as usize;
