@@ -6,26 +6,27 @@
 
 use megaops::testing::{cpu_device, gpu_or_skip};
 use megaops::{AsyncStream, Device, DynRows, Error, LaunchOptions, Result, Tensor, Tiled, Trace};
-use megaops_examples::protocol::{produce, row_sums};
+use megaops_examples::protocol::{next_row_stencil, pattern, produce, row_sums};
 use std::collections::BTreeMap;
 
 const M: u32 = 40;
 const N: u32 = 12;
 const ROWS_PER_DATA_TILE: u32 = 10;
-/// `produce` config 1 is BM = 7, BN = 5; `row_sums` config 0 is BM = 8.
+/// `produce` config 1 is BM = 7, BN = 5; `next_row_stencil` has BM = 4.
 const P_BM: u32 = 7;
 const P_BN: u32 = 5;
-const C_BM: u32 = 8;
+const C_BM: u32 = 4;
 
-/// produce (config 1) → row_sums (config 0) through `y`, tiled by 10 rows.
+/// produce (config 1) → next_row_stencil (within its 4-row tiles) through `y`, tiled by
+/// 10 rows; returns the stencil's output.
 fn program(dev: &Device, s: &AsyncStream, traced_consumer_only: bool) -> Result<Vec<f32>> {
     let mut y = Tiled::<f32, DynRows>::new(dev, &[M as usize, N as usize], DynRows(ROWS_PER_DATA_TILE), "y")?;
-    let mut sums = Tensor::<f32>::full(dev, &[M as usize], f32::NAN)?;
+    let mut z = Tiled::<f32, DynRows>::new(dev, &[M as usize, N as usize], DynRows(C_BM), "z")?;
     let popts = LaunchOptions::config(1);
     let popts = if traced_consumer_only { popts } else { popts.traced() };
     produce::launch_with(s, &popts, &mut y, M, N, 3, 0)?;
-    row_sums::launch_with(s, &LaunchOptions::config(0).traced(), &y, &mut sums, M, N)?;
-    sums.to_vec()
+    next_row_stencil::launch_with(s, &LaunchOptions::default().traced(), &y, &mut z, M, N, 1)?;
+    z.to_vec()
 }
 
 /// Every traced tile once, start ≤ wait end ≤ end, and each consumer tile's wait ended
@@ -36,14 +37,18 @@ fn check_trace(trace: &Trace) {
         trace
             .tiles
             .iter()
-            .find(|t| trace.launch(t.launch_id).is_some_and(|l| l.kernel == "row_sums"))
+            .find(|t| {
+                trace
+                    .launch(t.launch_id)
+                    .is_some_and(|l| l.kernel == "next_row_stencil")
+            })
             .map_or(0, |t| t.launch_id),
     );
     if let Some(r) = r.filter(|_| trace.launches.len() == 2) {
         assert_eq!(
             r.waits_on,
             vec![trace.launches[0].launch_id],
-            "row_sums waits on produce"
+            "the stencil waits on produce"
         );
     }
     let by_kernel = |k: &str| -> BTreeMap<Vec<u32>, &megaops::TileEvent> {
@@ -62,7 +67,7 @@ fn check_trace(trace: &Trace) {
         }
         tiles
     };
-    let (producer, consumer) = (by_kernel("produce"), by_kernel("row_sums"));
+    let (producer, consumer) = (by_kernel("produce"), by_kernel("next_row_stencil"));
     assert_eq!(producer.len() as u32, M.div_ceil(P_BM) * N.div_ceil(P_BN));
     assert_eq!(consumer.len() as u32, M.div_ceil(C_BM));
     let p = trace
@@ -85,7 +90,7 @@ fn check_trace(trace: &Trace) {
                 let p = producer[&vec![pm, pn]];
                 assert!(
                     c.waited_ns >= p.end_ns,
-                    "row_sums tile {coords:?} stopped waiting at {} before produce tile ({pm}, {pn}) ended at {}",
+                    "next_row_stencil tile {coords:?} stopped waiting at {} before produce tile ({pm}, {pn}) ended at {}",
                     c.waited_ns,
                     p.end_ns
                 );
@@ -94,12 +99,17 @@ fn check_trace(trace: &Trace) {
     }
 }
 
-fn check_sums(sums: &[f32]) {
-    for (i, s) in sums.iter().enumerate() {
-        let want: f64 = (0..N)
-            .map(|j| megaops_examples::protocol::pattern(i as u32, j, 3) as f64)
-            .sum();
-        assert!((*s as f64 - want).abs() < 1e-4, "row {i}: {s} vs {want}");
+/// The stencil's output: z[i, j] = y[i, j] + y[next, j], `next` the next row inside i's
+/// 4-row kernel tile (i itself at the tile's last row).
+fn check_stencil(z: &[f32]) {
+    for i in 0..M {
+        let last = ((i / C_BM + 1) * C_BM).min(M) - 1;
+        let next = (i + 1).min(last);
+        for j in 0..N {
+            let want = pattern(i, j, 3) + pattern(next, j, 3);
+            let got = z[(i * N + j) as usize];
+            assert!((got - want).abs() < 1e-6, "z[{i}, {j}] = {got}, want {want}");
+        }
     }
 }
 
@@ -153,7 +163,7 @@ fn check_breakdown(trace: &Trace) {
     }
     let names: Vec<&str> = b.operators.iter().map(|o| o.operator.as_str()).collect();
     assert!(
-        names.contains(&"produce[BM=7, BN=5]") && names.contains(&"row_sums[BM=8]"),
+        names.contains(&"produce[BM=7, BN=5]") && names.contains(&"next_row_stencil[BM=4]"),
         "{b}"
     );
     assert!(b.to_string().contains("exposed µs"), "{b}");
@@ -165,7 +175,7 @@ fn traced_tiles_are_recorded_once_in_dependency_order() -> Result<()> {
         let dev = cpu_device(seed)?;
         dev.start_trace(4096)?;
         let s = AsyncStream::new(&dev, 2)?;
-        check_sums(&program(&dev, &s, false)?);
+        check_stencil(&program(&dev, &s, false)?);
         let trace = dev.take_trace()?;
         check_trace(&trace);
         check_perfetto(&trace);
@@ -198,12 +208,11 @@ fn only_traced_launches_record_and_an_async_stream_traces_all() -> Result<()> {
     let s = AsyncStream::new(&dev, 2)?;
     program(&dev, &s, true)?;
     let trace = dev.take_trace()?;
-    assert!(
+    assert!(trace.tiles.iter().all(|t| {
         trace
-            .tiles
-            .iter()
-            .all(|t| trace.launch(t.launch_id).is_some_and(|l| l.kernel == "row_sums"))
-    );
+            .launch(t.launch_id)
+            .is_some_and(|l| l.kernel == "next_row_stencil")
+    }));
     assert_eq!(trace.tiles.len() as u32, M.div_ceil(C_BM));
     // Tracing on the AsyncStream: the producer is traced too.
     s.set_tracing(true);
@@ -249,17 +258,34 @@ fn captured_graphs_record_at_every_replay() -> Result<()> {
     let s = AsyncStream::new(&dev, 2)?;
     s.set_tracing(true);
     let mut y = Tiled::<f32, DynRows>::new(&dev, &[M as usize, N as usize], DynRows(ROWS_PER_DATA_TILE), "y")?;
-    let mut sums = Tensor::<f32>::full(&dev, &[M as usize], f32::NAN)?;
+    let mut z = Tiled::<f32, DynRows>::new(&dev, &[M as usize, N as usize], DynRows(C_BM), "z")?;
     let graph = s.capture(|s| {
         produce::launch_with(s, &LaunchOptions::config(1), &mut y, M, N, 3, 0)?;
-        row_sums::launch_with(s, &LaunchOptions::config(0), &y, &mut sums, M, N)
+        next_row_stencil::launch(s, &y, &mut z, M, N, 1)
     })?;
     assert!(dev.take_trace()?.tiles.is_empty(), "capturing runs nothing");
     for _ in 0..2 {
         graph.launch(&s)?;
         check_trace(&dev.take_trace()?);
     }
-    check_sums(&sums.to_vec()?);
+    check_stencil(&z.to_vec()?);
+    Ok(())
+}
+
+#[test]
+fn configs_with_launch_bounds_are_not_traced() -> Result<()> {
+    // `row_sums` declares `min_ctas = 8`: register-capped configs are built untraced.
+    let dev = cpu_device(3)?;
+    dev.start_trace(4096)?;
+    let s = AsyncStream::new(&dev, 2)?;
+    s.set_tracing(true);
+    let mut y = Tiled::<f32, DynRows>::new(&dev, &[M as usize, N as usize], DynRows(ROWS_PER_DATA_TILE), "y")?;
+    let mut sums = Tensor::<f32>::full(&dev, &[M as usize], f32::NAN)?;
+    produce::launch_with(&s, &LaunchOptions::config(1), &mut y, M, N, 3, 0)?;
+    row_sums::launch(&s, &y, &mut sums, M, N)?;
+    let trace = dev.take_trace()?;
+    assert_eq!(trace.launches.len(), 1, "{:?}", trace.launches);
+    assert_eq!(trace.launches[0].kernel, "produce");
     Ok(())
 }
 
@@ -271,7 +297,7 @@ fn gpu_trace_of_a_producer_consumer_chain() -> Result<()> {
     dev.start_trace(1 << 16)?;
     let s = AsyncStream::new(&dev, 2)?;
     for _ in 0..3 {
-        check_sums(&program(&dev, &s, false)?);
+        check_stencil(&program(&dev, &s, false)?);
         let trace = dev.take_trace()?;
         check_trace(&trace);
         check_perfetto(&trace);

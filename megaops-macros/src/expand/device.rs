@@ -124,8 +124,17 @@ pub fn body(plan: &Plan, consts: TokenStream, host: bool) -> TokenStream {
     };
     // Parameters only the annotation uses (e.g. in `tiles(...)`) are used on the host.
     let annotation_only = plan.k.params_in_annotation();
+    // Configs with launch bounds (`min_ctas` > 0) are register-capped: keeping the trace
+    // times live across their body would spill, so they are built without tracing.
+    let traced = local("__MEGAOPS_TRACED");
+    let traced_value = match &plan.k.min_ctas {
+        Some(min) => quote!(((#min) as u32) == 0),
+        None => quote!(true),
+    };
     quote! {
         #consts
+        #[allow(non_upper_case_globals, clippy::eq_op)]
+        const #traced: bool = #traced_value;
         #(let _ = &#annotation_only;)*
         // SAFETY: the launcher passes a null or valid begin flag.
         unsafe { #begin(&#ctx) };
@@ -153,8 +162,9 @@ fn tile_body(plan: &Plan, host: bool) -> TokenStream {
         local("__megaops_trace_waited"),
         local("__megaops_trace_end"),
     );
+    let traced = local("__MEGAOPS_TRACED");
     quote! {
-        let #start = #trace_now(&#ctx);
+        let #start = if #traced { #trace_now(&#ctx) } else { 0 };
         #[allow(unused_mut)]
         let mut #waited = 0u64;
         // An axis the body does not need is still part of the declared grid.
@@ -171,9 +181,11 @@ fn tile_body(plan: &Plan, host: bool) -> TokenStream {
             #stmts
         };
         #run();
-        let #end = #trace_end(&#ctx);
+        let #end = if #traced { #trace_end(&#ctx) } else { 0 };
         #signals
-        // SAFETY: the launcher passes a null or valid trace log.
-        unsafe { #trace_record(&#ctx, #tile, #start, #waited, #end) };
+        if #traced {
+            // SAFETY: the launcher passes a null or valid trace log.
+            unsafe { #trace_record(&#ctx, #tile, #start, #waited, #end) };
+        }
     }
 }

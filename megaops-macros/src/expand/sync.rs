@@ -53,13 +53,19 @@ pub fn wait(s: &SyncPlan) -> TokenStream {
         local("__megaops_failed"),
     );
     let (sync, region) = (&s.sync_ident, &s.region_ident);
-    let (trace_waited, waited) = (paths::trace_waited(), local("__megaops_trace_waited"));
+    let (trace_waited, waited, traced) = (
+        paths::trace_waited(),
+        local("__megaops_trace_waited"),
+        local("__MEGAOPS_TRACED"),
+    );
     quote! {
         if !#wait_input(&#ctx, #tile, &#sync, &#region) {
             #failed = true;
             return;
         }
-        #trace_waited(&#ctx, &mut #waited);
+        if #traced {
+            #trace_waited(&#ctx, &mut #waited);
+        }
     }
 }
 
