@@ -94,6 +94,8 @@ impl PtxBuilder {
     pub fn build(self) -> Result<(), BuildError> {
         crate::linker::run_if_linker();
         println!("cargo::rerun-if-env-changed={ARCHS_ENV}");
+        // `megaops_device::sync::TRACE_COMPILED_OUT` reads it at compile time.
+        println!("cargo::rerun-if-env-changed=MEGAOPS_TRACE_OFF");
         if std::env::var_os(INNER_BUILD_ENV).is_some() {
             return Ok(());
         }

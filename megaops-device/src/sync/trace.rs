@@ -11,6 +11,10 @@
 //! GPU and the virtual clock on the CPU backend (deterministic per seed).
 
 use super::args::{KernelCtx, TileTrace, TraceLog};
+
+/// Built with `MEGAOPS_TRACE_OFF` set in the environment: every trace call compiles to
+/// nothing and traced launches record no tile (to measure what the calls cost when off).
+pub const TRACE_COMPILED_OUT: bool = option_env!("MEGAOPS_TRACE_OFF").is_some();
 use crate::atomic::{self, Gpu, Relaxed};
 use crate::thread::{block_idx_x, linear_thread_idx, sm_id, sync_threads};
 
@@ -20,7 +24,7 @@ use crate::thread::{block_idx_x, linear_thread_idx, sm_id, sync_threads};
 /// clock without a scheduling point.
 #[inline(always)]
 pub fn trace_now(ctx: &KernelCtx) -> u64 {
-    if ctx.trace.is_null() {
+    if TRACE_COMPILED_OUT || ctx.trace.is_null() {
         return 0;
     }
     clock()
@@ -30,7 +34,7 @@ pub fn trace_now(ctx: &KernelCtx) -> u64 {
 /// with several inputs keeps the last wait's end). No-op when the launch is not traced.
 #[inline(always)]
 pub fn trace_waited(ctx: &KernelCtx, waited: &mut u64) {
-    if !ctx.trace.is_null() {
+    if !TRACE_COMPILED_OUT && !ctx.trace.is_null() {
         *waited = clock();
     }
 }
@@ -40,7 +44,7 @@ pub fn trace_waited(ctx: &KernelCtx, waited: &mut u64) {
 /// it (the generated body does, after the tile's statements).
 #[inline(always)]
 pub fn trace_end(ctx: &KernelCtx) -> u64 {
-    if ctx.trace.is_null() {
+    if TRACE_COMPILED_OUT || ctx.trace.is_null() {
         return 0;
     }
     sync_threads();
@@ -55,7 +59,7 @@ pub fn trace_end(ctx: &KernelCtx) -> u64 {
 /// `ctx.trace` is null or a valid [`TraceLog`] whose `records` hold `capacity` entries.
 #[inline(always)]
 pub unsafe fn trace_record(ctx: &KernelCtx, tile: u32, start: u64, waited: u64, end: u64) {
-    if ctx.trace.is_null() || linear_thread_idx() != 0 {
+    if TRACE_COMPILED_OUT || ctx.trace.is_null() || linear_thread_idx() != 0 {
         return;
     }
     let log: *mut TraceLog = ctx.trace;

@@ -195,10 +195,16 @@ impl Device {
     /// [`AsyncStream::set_tracing`](crate::AsyncStream::set_tracing)); emptying it first
     /// waits for the device's work. A log cannot
     /// shrink or grow once allocated, since captured graphs write to its address: asking
-    /// for more than it holds is an error.
+    /// for more than it holds is an error, as is any call in a build with tracing compiled
+    /// out (`MEGAOPS_TRACE_OFF` set at build time).
     pub fn start_trace(&self, capacity: u32) -> Result<()> {
         if capacity == 0 {
             return Err(Error::Invalid("a trace log needs room for at least one record".into()));
+        }
+        if megaops_device::sync::TRACE_COMPILED_OUT {
+            return Err(Error::Invalid(
+                "this build has tile tracing compiled out (MEGAOPS_TRACE_OFF was set when it was built)".into(),
+            ));
         }
         let mut slot = crate::backend::cuda::lock(self.trace_slot());
         if let Some(log) = slot.as_ref() {
