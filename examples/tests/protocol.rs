@@ -30,6 +30,16 @@ fn check_sums(what: &str, got: &[f32], m: u32, n: u32, seed: u32) {
     }
 }
 
+/// The semaphore dump of a 12 × 8 `y` in 4-row data tiles whose producer was planted
+/// (`plant_missing_producer`) and never launched.
+const PLANTED_Y_DUMP: [&str; 4] = [
+    "  `y` f32[12, 8], DynRows(4): data tiles 4 x 8 (3 x 1 tiles), epoch 0: produced by `produce` \
+     (recorded, never launched)",
+    "    y[0] = 0 of 1 signals (tile 0 at (0,0), semaphore 0)",
+    "    y[1] = 0 of 1 signals (tile 1 at (1,0), semaphore 0)",
+    "    y[2] = 0 of 1 signals (tile 2 at (2,0), semaphore 0)",
+];
+
 /// Produce into a `Tiled` with `tiling`, consume on `on`; returns the row sums.
 #[allow(clippy::too_many_arguments)] // one knob per argument keeps the call sites readable
 fn chain<D: DataTiling<Rank = R2>, L: LaunchTarget>(
@@ -358,17 +368,7 @@ fn a_missing_producer_beside_a_spinning_kernel_times_out_as_on_the_gpu() -> Resu
             .split_once("\n\nlive Tiled tensors:\n")
             .map(|(_, d)| d)
             .unwrap_or_default();
-        assert_eq!(
-            dump.lines().collect::<Vec<_>>(),
-            [
-                "  `y` f32[12, 8], DynRows(4): data tiles 4 x 8 (3 x 1 tiles), epoch 0: produced by `produce` \
-                 (recorded, never launched)",
-                "    y[0] = 0 of 1 signals (tile 0 at (0,0), semaphore 0)",
-                "    y[1] = 0 of 1 signals (tile 1 at (1,0), semaphore 0)",
-                "    y[2] = 0 of 1 signals (tile 2 at (2,0), semaphore 0)",
-            ],
-            "{msg}"
-        );
+        assert_eq!(dump.lines().collect::<Vec<_>>(), PLANTED_Y_DUMP, "{msg}");
         assert!(!msg.contains("busy") && !msg.contains("hang"), "{msg}");
         assert!(wall.elapsed() < Duration::from_secs(30), "{:?}", wall.elapsed());
         // The device recovers: the next program runs.
@@ -699,17 +699,7 @@ fn gpu_missing_producer_times_out_with_a_readable_message() -> Result<()> {
         .map(|(_, d)| d)
         .unwrap_or_default();
     let lines: Vec<&str> = dump.lines().collect();
-    assert_eq!(
-        lines,
-        [
-            "  `y` f32[12, 8], DynRows(4): data tiles 4 x 8 (3 x 1 tiles), epoch 0: produced by `produce` \
-             (recorded, never launched)",
-            "    y[0] = 0 of 1 signals (tile 0 at (0,0), semaphore 0)",
-            "    y[1] = 0 of 1 signals (tile 1 at (1,0), semaphore 0)",
-            "    y[2] = 0 of 1 signals (tile 2 at (2,0), semaphore 0)",
-        ],
-        "{msg}"
-    );
+    assert_eq!(lines, PLANTED_Y_DUMP, "{msg}");
     // The device recovers: the next program runs.
     let got = chain(&dev, &s, 100, 10, DynRows(10), 0, 0, 1, 0)?;
     check_sums("after the timeout", &got, 100, 10, 1);

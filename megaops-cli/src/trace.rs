@@ -147,15 +147,7 @@ fn draw_timeline(path: &Path, title: &str, trace: &Trace, breakdown: &Breakdown)
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
         }
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()
-        .map_err(|e| plot_error(path, e))?;
-    root.present().map_err(|e| plot_error(path, e))
+    legend_and_present(&mut chart, &root, SeriesLabelPosition::UpperRight, path)
 }
 
 /// Per operator, a bar of its exposed time (alone on the GPU) and, after it, its
@@ -242,9 +234,23 @@ fn draw_breakdown(path: &Path, title: &str, b: &Breakdown) -> Result<()> {
         .map_err(|e| plot_error(path, e))?
         .label("overlapped (beside other operators)")
         .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], light.filled()));
+    legend_and_present(&mut chart, &root, SeriesLabelPosition::LowerRight, path)
+}
+
+/// Draws the series legend at `position` and writes the image.
+fn legend_and_present<'a, X, Y>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, Cartesian2d<X, Y>>,
+    root: &DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>,
+    position: SeriesLabelPosition,
+    path: &Path,
+) -> Result<()>
+where
+    X: plotters::coord::ranged1d::Ranged,
+    Y: plotters::coord::ranged1d::Ranged,
+{
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(position)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font(("sans-serif", 14))
