@@ -35,6 +35,7 @@ use crate::stream::{Event, RawStream, Stream};
 use crate::tensor::Tensor;
 use crate::tiled::{Phase, TiledState};
 use megaops_device::sync::{CtaRemap, EPOCH_STRIDE, KernelCtx, MAX_RANK};
+use megaops_runtime_kernels::FillSpan;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -391,10 +392,16 @@ impl AsyncStream {
                 for s in self.all_streams().skip(1) {
                     self.streams[0].wait_event(&s.record_marker()?)?;
                 }
-                for (h, before) in &touched {
-                    let value = (before.epoch as i32).wrapping_mul(EPOCH_STRIDE);
-                    self.memset_d32(0, h.sema.addr(), value, h.sema_count)?;
-                }
+                let spans: Vec<FillSpan> = touched
+                    .iter()
+                    .map(|(h, before)| FillSpan {
+                        addr: h.sema.addr(),
+                        words: h.sema_count as u32,
+                        value: (before.epoch as i32).wrapping_mul(EPOCH_STRIDE),
+                    })
+                    .collect();
+                let keep: Vec<Arc<Buffer>> = touched.iter().map(|(h, _)| h.sema.clone()).collect();
+                runtime::fill_spans(&self.streams[0], &spans, &keep)?;
                 let RawStream::Cuda(s0) = self.streams[0].raw() else {
                     unreachable_backend()?
                 };

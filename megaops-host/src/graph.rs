@@ -7,8 +7,10 @@ use crate::device::Device;
 use crate::error::{CudaContext as _, Error, Result};
 use crate::launch::TiledHandle;
 use crate::order::{self, TiledUse};
+use crate::runtime;
 use crate::tiled::{Phase, TiledState};
 use megaops_device::sync::EPOCH_STRIDE;
+use megaops_runtime_kernels::FillSpan;
 use std::sync::Arc;
 
 /// A replayable program recorded by [`AsyncStream::capture`]: a CUDA graph on a GPU, a
@@ -30,6 +32,15 @@ pub(crate) struct SemaphoreRestore {
 impl SemaphoreRestore {
     fn value(&self) -> i32 {
         (self.epoch as i32).wrapping_mul(EPOCH_STRIDE)
+    }
+
+    /// The semaphore words and the value they are restored to.
+    fn span(&self) -> FillSpan {
+        FillSpan {
+            addr: self.handle.sema.addr(),
+            words: self.handle.sema_count as u32,
+            value: self.value(),
+        }
     }
 
     /// Whether the semaphores must be set before a replay. A replay ends by restoring
@@ -101,9 +112,10 @@ impl Graph {
                 for s in on.streams().iter().skip(1).chain(on.partition().map(|p| p.stream())) {
                     s0.wait_event(&s.record_marker()?)?;
                 }
-                for r in self.restores.iter().filter(|r| r.needs_reset()) {
-                    on.memset_d32(0, r.handle.sema.addr(), r.value(), r.handle.sema_count)?;
-                }
+                let resets: Vec<&SemaphoreRestore> = self.restores.iter().filter(|r| r.needs_reset()).collect();
+                let spans: Vec<FillSpan> = resets.iter().map(|r| r.span()).collect();
+                let keep: Vec<Arc<Buffer>> = resets.iter().map(|r| r.handle.sema.clone()).collect();
+                runtime::fill_spans(s0, &spans, &keep)?;
                 g.launch().ctx(|| "launching a graph".into())?;
                 order::record(&uses, on.key(), &Arc::new(s0.record_marker()?));
                 on.wait_on(s0)?;

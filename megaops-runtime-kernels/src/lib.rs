@@ -45,6 +45,54 @@ pub unsafe fn fill_u32(ptr: *mut u32, n: u64, value: u32) {
     }
 }
 
+/// One run of 32-bit words to set: `words` words from device address `addr` to `value`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FillSpan {
+    /// Device address of the first word (4-byte aligned).
+    pub addr: u64,
+    /// Number of words.
+    pub words: u32,
+    /// Value of every word.
+    pub value: i32,
+}
+
+/// Spans one [`fill_spans`] launch takes (its parameter block stays under the 4 KiB
+/// kernel-parameter limit).
+pub const MAX_FILL_SPANS: usize = 240;
+
+/// The spans of one [`fill_spans`] launch, passed by value as its kernel parameter.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FillSpans {
+    /// Spans in use (≤ [`MAX_FILL_SPANS`]).
+    pub count: u32,
+    /// Padding (keeps `spans` 8-byte aligned).
+    pub _pad: u32,
+    /// The spans; entries past `count` are ignored.
+    pub spans: [FillSpan; MAX_FILL_SPANS],
+}
+
+/// Sets every span of `spans` (CTA `i` fills span `i`, its threads striding over the
+/// words). Used to restore many tensors' semaphores at the end of a graph replay in one
+/// kernel node instead of one memset node per tensor.
+///
+/// # Safety
+/// Each span in use covers `words` writable, 4-byte-aligned device words.
+pub unsafe fn fill_spans(spans: &FillSpans) {
+    let i = block_idx_x() as usize;
+    if i >= (spans.count as usize).min(MAX_FILL_SPANS) {
+        return;
+    }
+    let span = spans.spans[i];
+    let mut w = thread_idx_x() as u64;
+    while w < span.words as u64 {
+        // SAFETY: w < words of the span (caller's contract).
+        unsafe { (span.addr as *mut i32).add(w as usize).write_volatile(span.value) };
+        w += block_dim_x() as u64;
+    }
+}
+
 /// PTX entries.
 #[cfg(target_arch = "nvptx64")]
 mod entries {
@@ -54,6 +102,12 @@ mod entries {
     pub unsafe extern "ptx-kernel" fn megaops_wait_begin(flag: *const i32, token: i32, ctx: KernelCtx) {
         // SAFETY: the runtime passes a valid flag and context.
         unsafe { wait_begin(flag, token, ctx) }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn megaops_fill_spans(spans: FillSpans) {
+        // SAFETY: the runtime passes spans of live device buffers.
+        unsafe { fill_spans(&spans) }
     }
 
     #[unsafe(no_mangle)]
