@@ -2,7 +2,7 @@
 # Runs, on a GPU machine, every GPU test (tests whose name contains "gpu") of the bundle
 # made by scripts/gpu-bundle.sh, the Figure 1 example and the benchmark suites, each under
 # its own timeout. Full logs go to $OUT (default ./gpu-out); a short summary is printed
-# last. Usage: [TESTS="bin ..."] gpu-run.sh [tests|bench|all|engine|e2e|trace] [suite:seconds ...]
+# last. Usage: [TESTS="bin ..."] gpu-run.sh [tests|bench|all|engine|e2e|trace|sweep] [suite:seconds ...]
 #   engine: TESTS' GPU tests beside bench/hf_compare.py (HF_ARGS, HF_TIMEOUT), then
 #   end-to-end generations of E2E_PRESETS overlapped and with --no-overlap.
 #   e2e: `megaops bench $E2E_ARGS` (E2E_TIMEOUT) into $OUT/e2e.jsonl, then
@@ -12,6 +12,8 @@
 #   trace: TESTS' GPU tests, then `megaops generate --trace` for each of TRACE_PRESETS
 #   (128-token prompt, 8 new tokens) and `megaops bench $TRACE_BENCH_ARGS --trace`
 #   (TRACE_TIMEOUT) into $OUT/trace.jsonl; the trace folders packed as $OUT/traces.tgz.
+#   sweep: TESTS' GPU tests, then `megaops bench $SWEEP_ARGS` per binary (SWEEP_BINS) and
+#   stream count (SWEEP_STREAMS), SWEEP_ROUNDS rounds, into $OUT/sweep.jsonl.
 #   default suites: overlap:50 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30
 #   MEGAOPS_BENCH_BUDGET_S (default 25 here) caps the suites that stop adding shapes.
 set -u
@@ -23,6 +25,14 @@ export MEGAOPS_BENCH_BUDGET_S=${MEGAOPS_BENCH_BUDGET_S:-25} MEGAOPS_REQUIRE_GPU=
 summary="$OUT/summary.txt"; : > "$summary"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader | tee -a "$summary"
 t0=$(date +%s)
+# TESTS' GPU tests (filter "gpu"), one binary after another, logs into $1.
+named_gpu_tests() {
+  local dir=$1 t; mkdir -p "$dir"
+  for t in ${TESTS:-}; do
+    timeout -k 5 "${TEST_TIMEOUT:-150}" "tests/$t" gpu --test-threads=1 > "$dir/test-$t.log" 2>&1
+    echo "test $t: rc=$? $(grep -a "test result" "$dir/test-$t.log" | tail -1)" >> "$summary"
+  done
+}
 if [ "$what" = tests ] || [ "$what" = all ]; then
   # Test binaries run two at a time (correctness only; each has its own log).
   mkdir -p "$OUT/tests"
@@ -69,10 +79,7 @@ if [ "$what" = engine ]; then
 fi
 if [ "$what" = e2e ]; then
   mkdir -p "$OUT/e2e"
-  for t in ${TESTS:-}; do
-    timeout -k 5 "${TEST_TIMEOUT:-150}" "tests/$t" gpu --test-threads=1 > "$OUT/e2e/test-$t.log" 2>&1
-    echo "test $t: rc=$? $(grep -a "test result" "$OUT/e2e/test-$t.log" | tail -1)" >> "$summary"
-  done
+  named_gpu_tests "$OUT/e2e"
   timeout -k 5 "${E2E_TIMEOUT:-300}" ./megaops bench ${E2E_ARGS:-} --json "$OUT/e2e.jsonl" > "$OUT/e2e/bench.md" 2> "$OUT/e2e/bench.err"
   echo "megaops bench: rc=$? at +$(( $(date +%s) - t0 ))s $(tail -1 "$OUT/e2e/bench.err")" >> "$summary"
   if [ -n "${BREAKDOWN_ARGS:-}" ]; then
@@ -96,10 +103,7 @@ for l in open(sys.argv[1]):
 fi
 if [ "$what" = trace ]; then
   mkdir -p "$OUT/trace"
-  for t in ${TESTS:-}; do
-    timeout -k 5 "${TEST_TIMEOUT:-150}" "tests/$t" gpu --test-threads=1 > "$OUT/trace/test-$t.log" 2>&1
-    echo "test $t: rc=$? $(grep -a "test result" "$OUT/trace/test-$t.log" | tail -1)" >> "$summary"
-  done
+  named_gpu_tests "$OUT/trace"
   prompt=$(seq -s, 1 128)
   for p in ${TRACE_PRESETS:-qwen3-0.6b}; do
     timeout -k 5 120 ./megaops generate --preset "$p" --prompt-ids "$prompt" --max-new-tokens 8 --ignore-eos \
@@ -113,6 +117,45 @@ if [ "$what" = trace ]; then
   grep -a -A14 "decode step: " "$OUT"/trace/generate-*.log | head -n 120 >> "$summary"
   # (A 1024-token prefill's Perfetto JSON runs to tens of MB: only its PNGs travel back.)
   tar czf "$OUT/traces.tgz" -C "$OUT" --exclude='bench/*prefill.json' trace && rm -rf "$OUT/trace"
+fi
+if [ "$what" = sweep ]; then
+  # TESTS' GPU tests, then `megaops bench $SWEEP_ARGS --streams S` for every binary of
+  # SWEEP_BINS (default ./megaops) and S of SWEEP_STREAMS (default 2), SWEEP_ROUNDS rounds
+  # (default 2) alternating binaries; rows tagged with bin, streams and round in
+  # $OUT/sweep.jsonl; with SWEEP_TRACE_STREAMS, the first binary re-runs traced at that
+  # stream count into $OUT/sweep-trace.tgz (JSON only).
+  named_gpu_tests "$OUT/sweep"
+  for round in $(seq 1 "${SWEEP_ROUNDS:-2}"); do
+    for b in ${SWEEP_BINS:-./megaops}; do
+      for st in ${SWEEP_STREAMS:-2}; do
+        tag="$(basename "$b")-s$st-r$round"
+        timeout -k 5 "${SWEEP_TIMEOUT:-100}" "$b" bench ${SWEEP_ARGS:-} --streams "$st" --json "$OUT/sweep/$tag.jsonl" \
+          > "$OUT/sweep/$tag.md" 2> "$OUT/sweep/$tag.err"
+        echo "sweep $tag: rc=$? at +$(( $(date +%s) - t0 ))s" >> "$summary"
+        sed "s/^{/{\"bin\":\"$(basename "$b")\",\"streams\":$st,\"round\":$round,/" "$OUT/sweep/$tag.jsonl" >> "$OUT/sweep.jsonl"
+      done
+    done
+  done
+  if [ -n "${SWEEP_TRACE_STREAMS:-}" ]; then
+    first=$(echo ${SWEEP_BINS:-./megaops} | cut -d' ' -f1)
+    timeout -k 5 "${SWEEP_TIMEOUT:-100}" "$first" bench ${SWEEP_ARGS:-} --streams "$SWEEP_TRACE_STREAMS" \
+      --trace "$OUT/sweep/trace" > "$OUT/sweep/trace.md" 2> "$OUT/sweep/trace.err"
+    echo "sweep trace: rc=$? at +$(( $(date +%s) - t0 ))s" >> "$summary"
+    grep -a -E "^(tracing overhead|checked|CHECK)" "$OUT/sweep/trace.md" >> "$summary"
+    find "$OUT/sweep/trace" -name '*.png' -delete
+    tar czf "$OUT/sweep-trace.tgz" -C "$OUT/sweep" --exclude='*prefill.json' trace
+  fi
+  tail -q -n 2 "$OUT"/sweep/*.err > "$OUT/sweep-errs.txt" 2>/dev/null
+  cat "$OUT"/sweep/test-*.log > "$OUT/tests.log" 2>/dev/null; rm -rf "$OUT/sweep"
+  python3 -c '
+import json, sys, collections
+rows = collections.defaultdict(list)
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    rows[(r["model"], r["workload"], r["batch"], r["mode"], r["bin"], r["streams"])].append(r["step_ms"])
+for k, v in sorted(rows.items()):
+    print("%-12s %-12s b=%-2d %-10s %-18s s=%d step_ms %s" % (k + (" ".join("%.4f" % x for x in v),)))
+' "$OUT/sweep.jsonl" >> "$summary"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   for st in "${suites[@]}"; do
