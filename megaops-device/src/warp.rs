@@ -399,6 +399,53 @@ pub fn match_all_sync(mask: u32, v: u32) -> u32 {
     }
 }
 
+/// Minimum of `v` over the lanes of `mask`, in every lane of it (CUDA's
+/// `__reduce_min_sync`).
+///
+/// Emits `redux.sync.min.u32 d, v, mask;` (sm_80+). Host: `hooks::warp_exchange` and the
+/// minimum over the lanes of `mask`.
+#[inline(always)]
+pub fn reduce_min_sync_u32(mask: u32, v: u32) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let r: u32;
+        // SAFETY: a warp collective on registers.
+        unsafe {
+            core::arch::asm!("redux.sync.min.u32 {r}, {v}, {m};", r = out(reg32) r, v = in(reg32) v, m = in(reg32) mask,
+                options(nomem, nostack));
+        }
+        r
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let values = hooks::warp_exchange(mask, v);
+        (0..32)
+            .filter(|&i| mask >> i & 1 == 1)
+            .map(|i| values[i])
+            .min()
+            .unwrap_or(v)
+    }
+}
+
+/// Waits until every lane of `mask` has arrived, and orders their memory accesses (the PTX
+/// ISA: "bar.warp.sync also guarantees memory ordering among threads participating in
+/// barrier"; CUDA's `__syncwarp(mask)`).
+///
+/// Emits `bar.warp.sync mask;`. Host: `hooks::warp_exchange(mask, ())`.
+#[inline(always)]
+pub fn sync_warp(mask: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        // SAFETY: a warp barrier; `memory` clobber (no `nomem`) so that no access moves
+        // across it.
+        unsafe { core::arch::asm!("bar.warp.sync {m};", m = in(reg32) mask, options(nostack)) }
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = hooks::warp_exchange(mask, ());
+    }
+}
+
 /// Butterfly reduction over the full warp with `op` (which must be commutative): after
 /// steps with lane masks 16, 8, 4, 2, 1, every lane holds `op` over all 32 values — the
 /// same bits in every lane, since partners always combine the same two values.

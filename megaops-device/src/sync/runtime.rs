@@ -8,18 +8,21 @@
 //!   first warp issues `fence.acq_rel.gpu` and its lanes share out one
 //!   `red.relaxed.gpu.global.add.s32` per data tile (fence then strong write: a release
 //!   pattern; the barrier makes every thread's stores precede the fence).
-//! - *wait*: every thread that reads the input acquires the semaphores itself: it reads
-//!   all of them with `ld.relaxed.gpu` (eight at a time, so the round trips overlap; the
-//!   lanes of a warp load the same address, one transaction per warp) and, if all are
-//!   ready, issues one `fence.acq_rel.gpu` (an acquire pattern); otherwise it sleeps and
-//!   scans again from the first tile that was not ready. Waiting per thread instead of "thread 0 then
-//!   barrier" keeps the wait correct wherever the macro places it — also after an early
-//!   `return` of some threads or inside divergent code — and gives each reader its own
-//!   acquire.
+//! - *wait*: the active lanes of each warp (`activemask`) that reach the wait scan the
+//!   semaphores together: each reads its share with `ld.relaxed.gpu` (up to four per lane
+//!   per round, so one round trip covers 128 data tiles of a full warp) and
+//!   `redux.sync.min` finds the first tile not ready. When all are ready, every lane
+//!   issues `fence.acq_rel.gpu` (the reader's acquire pattern) and the lanes meet at
+//!   `bar.warp.sync` (which orders that acquire before the other lanes' reads); otherwise
+//!   they sleep and scan again from the first tile that was not ready. Waiting per warp
+//!   instead of "thread 0 then CTA barrier" keeps the wait correct wherever the macro
+//!   places it — also after an early `return` of some threads or inside divergent code.
+//!   On the CPU backend each thread scans alone.
 //! - a wait that is not satisfied spins with `nanosleep` back-off and gives up after
 //!   `ctx.timeout_ns` of `%globaltimer`: it records (launch, tile, tensor, semaphore
 //!   index, value, target) in the device error log, raises the log's abort flag (which
-//!   every other waiter polls, so one failure does not cascade into a chain of timeouts)
+//!   every waiter polls once it has waited 10 µs, so one failure does not cascade into a
+//!   chain of timeouts)
 //!   and returns `false`; the kernel then skips the rest of the tile and does not signal.
 //!   On the CPU backend the wait blocks in the virtual GPU until the semaphore is ready,
 //!   the same timeout passes on the virtual clock (then it records the same error, and
@@ -104,18 +107,24 @@ pub unsafe fn wait_input(ctx: &KernelCtx, tile: u32, sync: &TileSync, region: &[
     // SAFETY: the tiling's bounds tables are valid (caller's contract).
     let tiles = unsafe { covered_box(&sync.dims, sync.rank, region) };
     let n = tiles.len();
+    let lanes = LaneShare::current();
     let mut spin = Spin::new();
     let mut k = 0;
     loop {
         // SAFETY: the semaphores of the tiling are valid (caller's contract).
-        let Some((pk, idx, value)) = (unsafe { first_pending(sync, &tiles, n, k) }) else {
+        let Some(pk) = (unsafe { first_pending(sync, &tiles, n, k, &lanes) }) else {
+            // Acquire pattern in every lane, then the warp barrier: a lane that read a
+            // semaphore synchronised with its producer, and `bar.warp.sync` orders that
+            // before the other lanes' reads of the tile.
             fence(AcqRel, Gpu);
+            lanes.sync();
             #[cfg(not(target_arch = "nvptx64"))]
             crate::cpu::record_waited(sync, &tiles);
             return true;
         };
         // Data tiles before `pk` were ready, and a ready tile stays ready in this epoch.
         k = pk;
+        let idx = sem_index(&sync.dims, sync.rank, &tiles.coords(pk));
         let site = WaitSite {
             // SAFETY: idx < number of semaphores of the tiling.
             sem: unsafe { sync.sema.add(idx as usize) },
@@ -126,49 +135,144 @@ pub unsafe fn wait_input(ctx: &KernelCtx, tile: u32, sync: &TileSync, region: &[
             sem_index: idx,
         };
         // SAFETY: forwarded contract.
-        if !unsafe { spin.step(ctx, &site, value) } {
+        if !unsafe { spin.step(ctx, &site) } {
             return false;
         }
     }
 }
 
-/// Semaphores [`first_pending`] reads before it compares any of them.
-const WAIT_BATCH: usize = 8;
+/// Semaphores each lane of a scan reads in one round before any is compared.
+const LANE_BATCH: u32 = 4;
+
+/// How the lanes that wait together share a scan of the semaphores. On the GPU those are
+/// the warp's active lanes (`activemask`): lane of rank `r` among `count` reads the data
+/// tiles `base + r + j·count`, so one round of loads covers `count · LANE_BATCH` tiles
+/// and their round trips overlap. On the CPU backend each thread scans alone (its
+/// `activemask` does not know about exited lanes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaneShare {
+    /// Lanes that scan together (bit *i* = lane *i*).
+    pub mask: u32,
+    /// This lane's rank among them.
+    pub rank: u32,
+    /// How many they are (≥ 1).
+    pub count: u32,
+}
+
+impl LaneShare {
+    /// The lanes that execute this call together.
+    #[inline(always)]
+    pub fn current() -> LaneShare {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let mask = crate::warp::activemask();
+            let lane = crate::thread::lane_id();
+            LaneShare::of(mask, lane)
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            LaneShare::alone()
+        }
+    }
+
+    /// Lane `lane` of the active lanes `mask` (which contains it).
+    #[inline(always)]
+    pub fn of(mask: u32, lane: u32) -> LaneShare {
+        let below = mask & ((1u32 << lane) - 1);
+        LaneShare {
+            mask,
+            rank: below.count_ones(),
+            count: mask.count_ones().max(1),
+        }
+    }
+
+    /// A thread that scans alone.
+    #[inline(always)]
+    pub fn alone() -> LaneShare {
+        LaneShare {
+            mask: 1,
+            rank: 0,
+            count: 1,
+        }
+    }
+
+    /// The tile this lane reads as its `j`-th of the round starting at `base`.
+    #[inline(always)]
+    pub fn tile(&self, base: u32, j: u32) -> u32 {
+        base.saturating_add(self.rank)
+            .saturating_add(j.saturating_mul(self.count))
+    }
+
+    /// Tiles one round covers.
+    #[inline(always)]
+    pub fn round(&self) -> u32 {
+        self.count.saturating_mul(LANE_BATCH)
+    }
+
+    /// Minimum of `v` over the lanes (`redux.sync.min.u32` on the GPU).
+    #[inline(always)]
+    fn min(&self, v: u32) -> u32 {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            crate::warp::reduce_min_sync_u32(self.mask, v)
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            v
+        }
+    }
+
+    /// Barrier of the lanes (`bar.warp.sync` on the GPU; nothing for a lone thread).
+    #[inline(always)]
+    fn sync(&self) {
+        #[cfg(target_arch = "nvptx64")]
+        crate::warp::sync_warp(self.mask);
+    }
+}
 
 /// The first data tile of `tiles`, from the `from`-th on, whose semaphore has not reached
-/// `sync.target`: `(k, semaphore index, value)`, or `None` if all have. Relaxed loads,
-/// [`WAIT_BATCH`] at a time so that their round trips overlap; the caller's
-/// `fence.acq_rel.gpu` after a `None` makes them an acquire pattern of the PTX memory
+/// `sync.target`, or `None` if all have. The lanes of `lanes` share each round of relaxed
+/// loads ([`LaneShare`]) and agree on the smallest pending tile; the caller's
+/// `fence.acq_rel.gpu` after a `None` makes the loads an acquire pattern of the PTX memory
 /// model, which synchronises with each producer's release. (One `ld.acquire.gpu` per data
 /// tile would be one ordered round trip after another.)
 ///
 /// # Safety
 /// As for [`wait_input`].
 #[inline(always)]
-unsafe fn first_pending(sync: &TileSync, tiles: &TileBox, n: u32, from: u32) -> Option<(u32, u32, i32)> {
-    let mut k = from;
-    while k < n {
-        // Constant-index loops: the batch stays in registers.
-        let mut idx = [0u32; WAIT_BATCH];
-        let mut vals = [sync.target; WAIT_BATCH];
+unsafe fn first_pending(sync: &TileSync, tiles: &TileBox, n: u32, from: u32, lanes: &LaneShare) -> Option<u32> {
+    let mut base = from;
+    while base < n {
+        // Constant-index loops: the round stays in registers.
+        let mut vals = [sync.target; LANE_BATCH as usize];
         #[allow(clippy::needless_range_loop)]
-        for j in 0..WAIT_BATCH {
-            if k + (j as u32) < n {
-                idx[j] = sem_index(&sync.dims, sync.rank, &tiles.coords(k + j as u32));
+        for j in 0..LANE_BATCH as usize {
+            let k = lanes.tile(base, j as u32);
+            if k < n {
+                let idx = sem_index(&sync.dims, sync.rank, &tiles.coords(k));
                 // SAFETY: idx < number of semaphores of the tiling, which the host allocated.
-                vals[j] = unsafe { atomic::load(sync.sema.add(idx[j] as usize), Relaxed, Gpu) };
+                vals[j] = unsafe { atomic::load(sync.sema.add(idx as usize), Relaxed, Gpu) };
             }
         }
-        #[allow(clippy::needless_range_loop)]
-        for j in 0..WAIT_BATCH {
+        let mut mine = u32::MAX;
+        for j in (0..LANE_BATCH as usize).rev() {
             if vals[j].wrapping_sub(sync.target) < 0 {
-                return Some((k + j as u32, idx[j], vals[j]));
+                mine = lanes.tile(base, j as u32);
             }
         }
-        k += WAIT_BATCH as u32;
+        let first = lanes.min(mine);
+        if first != u32::MAX {
+            return Some(first);
+        }
+        base = base.saturating_add(lanes.round());
     }
     None
 }
+
+/// Waiting after this long starts polling the error log's abort flag (a short wait never
+/// pays for that load).
+#[cfg_attr(not(target_arch = "nvptx64"), allow(dead_code))]
+const ABORT_POLL_AFTER_NS: u64 = 10_000;
 
 /// The waiting between two scans of [`wait_input`]: timeout, abort and back-off.
 struct Spin {
@@ -184,33 +288,39 @@ impl Spin {
         Spin { start: 0, backoff: 32 }
     }
 
-    /// Waits a little for `site` (last seen at `value`); `false` if the wait has failed
-    /// (timeout: recorded in the error log; abort raised by another waiter).
+    /// Waits a little for `site`; `false` if the wait has failed (timeout: recorded in the
+    /// error log with the semaphore's value then; abort raised by another waiter).
     ///
     /// # Safety
     /// As for [`wait_input`].
     #[cfg(target_arch = "nvptx64")]
     #[inline(always)]
-    unsafe fn step(&mut self, ctx: &KernelCtx, site: &WaitSite, value: i32) -> bool {
+    unsafe fn step(&mut self, ctx: &KernelCtx, site: &WaitSite) -> bool {
         use crate::time::{global_timer, nanosleep};
         let now = global_timer();
         if self.start == 0 {
             self.start = now;
         }
+        let waited = now.wrapping_sub(self.start);
         // SAFETY: errors is null or a valid log (caller's contract).
-        if !ctx.errors.is_null() && unsafe { atomic::load(&raw const (*ctx.errors).abort, Relaxed, Gpu) } != 0 {
+        if waited > ABORT_POLL_AFTER_NS
+            && !ctx.errors.is_null()
+            && unsafe { atomic::load(&raw const (*ctx.errors).abort, Relaxed, Gpu) } != 0
+        {
             return false;
         }
-        let waited = now.wrapping_sub(self.start);
         if waited > ctx.timeout_ns {
-            // SAFETY: forwarded contract.
-            unsafe { record_timeout(ctx, site, value, waited) };
+            // SAFETY: site.sem is a valid semaphore; forwarded contract.
+            unsafe {
+                let value = atomic::load(site.sem, Relaxed, Gpu);
+                record_timeout(ctx, site, value, waited)
+            };
             return false;
         }
         // Short sleeps: a consumer that overslept its producer's last tile delays the
         // whole overlap.
         nanosleep(self.backoff);
-        self.backoff = (self.backoff * 2).min(256);
+        self.backoff = (self.backoff * 2).min(128);
         true
     }
 
@@ -221,7 +331,7 @@ impl Spin {
     /// # Safety
     /// As for [`wait_input`].
     #[cfg(not(target_arch = "nvptx64"))]
-    unsafe fn step(&mut self, ctx: &KernelCtx, site: &WaitSite, _value: i32) -> bool {
+    unsafe fn step(&mut self, ctx: &KernelCtx, site: &WaitSite) -> bool {
         if self.start == 0 {
             self.start = crate::cpu::hooks::clock_now().max(1);
         }
@@ -276,18 +386,21 @@ unsafe fn wait_slow(ctx: &KernelCtx, site: &WaitSite) -> bool {
         if v.wrapping_sub(site.target) >= 0 {
             return true;
         }
+        let waited = global_timer().wrapping_sub(start);
         // SAFETY: errors is null or a valid log (caller's contract).
-        if !ctx.errors.is_null() && unsafe { atomic::load(&raw const (*ctx.errors).abort, Relaxed, Gpu) } != 0 {
+        if waited > ABORT_POLL_AFTER_NS
+            && !ctx.errors.is_null()
+            && unsafe { atomic::load(&raw const (*ctx.errors).abort, Relaxed, Gpu) } != 0
+        {
             return false;
         }
-        let waited = global_timer().wrapping_sub(start);
         if waited > ctx.timeout_ns {
             // SAFETY: forwarded contract.
             unsafe { record_timeout(ctx, site, v, waited) };
             return false;
         }
         nanosleep(backoff);
-        backoff = (backoff * 2).min(1024);
+        backoff = (backoff * 2).min(256);
     }
 }
 
@@ -407,5 +520,36 @@ pub fn tile_region(coord: u32, ktile: u32, size: u32) -> (u32, u32) {
     } else {
         let start = coord.saturating_mul(ktile).min(size);
         (start, start.saturating_add(ktile).min(size))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every tile of a round is read by exactly one lane of the mask, whatever lanes are
+    /// active, and the rounds tile the range.
+    #[test]
+    fn the_active_lanes_share_each_round_of_a_scan() {
+        for mask in [u32::MAX, 1, 0x8000_0000, 0x0000_ffff, 0xa5a5_5a5a, 0x7fff_fffe] {
+            let lanes: Vec<LaneShare> = (0..32)
+                .filter(|l| mask >> l & 1 == 1)
+                .map(|l| LaneShare::of(mask, l))
+                .collect();
+            let round = lanes[0].round();
+            assert_eq!(round, mask.count_ones() * LANE_BATCH);
+            for base in [0u32, 5, round] {
+                let mut seen = vec![0u32; round as usize];
+                for lane in &lanes {
+                    assert_eq!(lane.round(), round);
+                    for j in 0..LANE_BATCH {
+                        seen[(lane.tile(base, j) - base) as usize] += 1;
+                    }
+                }
+                assert!(seen.iter().all(|&c| c == 1), "mask {mask:#x}: {seen:?}");
+            }
+        }
+        assert_eq!(LaneShare::alone().round(), LANE_BATCH);
+        assert_eq!(LaneShare::alone().tile(7, 2), 9);
     }
 }
