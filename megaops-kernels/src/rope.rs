@@ -58,7 +58,9 @@ pub const INTERLEAVED: u32 = 2;
 /// Work split: a warp handles `32 / (D/8)` head vectors at a time, each lane 8 elements
 /// (16-byte loads and stores); the norm reduces over the `D/8` lanes of a vector and
 /// `rotate_half` swaps halves with one `shfl.bfly`. Configs: `D = 128` and `D = 64`, each
-/// with `BM = 1` (decode) and `BM = 4` (prefill).
+/// with `BM = 1` (decode) and `BM = 4` (prefill) at 256 threads; for decode also 512
+/// (`D = 128` and `D = 64`) and 1024 threads (`D = 128`), so that one pass of the warps
+/// covers every head of a token ([`heads_per_pass`]).
 ///
 /// # Safety
 /// Pointers valid for the shapes above; `max_pos > 0`.
@@ -80,6 +82,9 @@ pub const INTERLEAVED: u32 = 2;
 #[config(D = 128, BM = 4, THREADS = 256)]
 #[config(D = 64, BM = 1, THREADS = 256)]
 #[config(D = 64, BM = 4, THREADS = 256)]
+#[config(D = 128, BM = 1, THREADS = 512)]
+#[config(D = 128, BM = 1, THREADS = 1024)]
+#[config(D = 64, BM = 1, THREADS = 512)]
 pub unsafe fn qk_norm_rope(
     qkv: *const bf16,
     positions: *const u32,
@@ -120,6 +125,12 @@ pub unsafe fn qk_norm_rope(
     let rows = BM.min(m - row0);
     // SAFETY: rows row0.. < m of every tensor (kernel contract).
     unsafe { rope_tile::<D, THREADS>(qkv, &params, &out, row0, rows) };
+}
+
+/// Head vectors one pass of a `threads`-thread CTA covers at head dim `d`: each warp takes
+/// `32 / (d / 8)` vectors at a time.
+pub const fn heads_per_pass(d: u32, threads: u32) -> u32 {
+    (threads / 32) * (32 / (d / 8))
 }
 
 /// Where [`qk_norm_rope`] writes.

@@ -237,7 +237,7 @@ impl Attention {
             matmul::launch_with(on, &acts.opts(c), xn, &self.w_qkv, &mut acts.qkv, m, qd + 2 * kvd, h)?;
         }
         // QK-norm, RoPE and the cache write.
-        let rope_config = rope_config(dh, acts.kind)?;
+        let rope_config = rope_config(dh, (d.hq + 2 * d.hkv) as u32, acts.kind)?;
         let flags = if d.qk_norm { rope::QK_NORM } else { 0 };
         let cache_rows = cache.rows() as u32;
         let max_pos = pos.cos_sin.shape()[0] as u32;
@@ -348,16 +348,30 @@ pub(crate) fn wide_gemm(m: usize, n: usize, sms: u32) -> bool {
     m >= 2048 || m.div_ceil(128) * n.div_ceil(256) >= 2 * sms as usize
 }
 
-/// The `qk_norm_rope` config for head dim `d`: one token per CTA for decode, four for
-/// prefill.
-fn rope_config(d: u32, kind: AttentionKind) -> Result<usize> {
+/// The `qk_norm_rope` config for head dim `d` and `heads` head vectors per token (q, k
+/// and v): one token per CTA for decode, with the fewest threads whose one pass covers
+/// every head (else the most threads); four tokens per CTA for prefill.
+fn rope_config(d: u32, heads: u32, kind: AttentionKind) -> Result<usize> {
     let bm = match kind {
         AttentionKind::Decode => 1,
         AttentionKind::Prefill => 4,
     };
-    qk_norm_rope::CONFIGS
+    let fits: Vec<(usize, u32)> = qk_norm_rope::CONFIGS
         .iter()
-        .position(|c| config_value(c, "D") == Some(d) && config_value(c, "BM") == Some(bm))
+        .enumerate()
+        .filter(|(_, c)| config_value(c, "D") == Some(d) && config_value(c, "BM") == Some(bm))
+        .filter_map(|(i, c)| Some((i, config_value(c, "THREADS")?)))
+        .collect();
+    let covers = |t: u32| rope::heads_per_pass(d, t) >= heads;
+    let pick = match kind {
+        AttentionKind::Decode => fits
+            .iter()
+            .filter(|(_, t)| covers(*t))
+            .min_by_key(|(_, t)| *t)
+            .or_else(|| fits.iter().max_by_key(|(_, t)| *t)),
+        AttentionKind::Prefill => fits.iter().min_by_key(|(_, t)| *t),
+    };
+    pick.map(|(i, _)| *i)
         .ok_or_else(|| ModelError::Unsupported(format!("RoPE for head_dim {d}")))
 }
 
