@@ -57,9 +57,9 @@ pub struct FillSpan {
     pub value: i32,
 }
 
-/// Spans one [`fill_spans`] launch takes (its parameter block stays under the 4 KiB
-/// kernel-parameter limit).
-pub const MAX_FILL_SPANS: usize = 240;
+/// Spans one [`fill_spans`] launch takes: each CTA picks its span by constant-index
+/// selects, which keeps the parameter block out of local memory.
+pub const MAX_FILL_SPANS: usize = 32;
 
 /// The spans of one [`fill_spans`] launch, passed by value as its kernel parameter.
 #[repr(C)]
@@ -74,17 +74,26 @@ pub struct FillSpans {
 }
 
 /// Sets every span of `spans` (CTA `i` fills span `i`, its threads striding over the
-/// words). Used to restore many tensors' semaphores at the end of a graph replay in one
-/// kernel node instead of one memset node per tensor.
+/// words). Used to restore many tensors' semaphores at the end of a graph replay in a few
+/// kernel nodes instead of one memset node per tensor.
 ///
 /// # Safety
 /// Each span in use covers `words` writable, 4-byte-aligned device words.
+#[inline(always)]
 pub unsafe fn fill_spans(spans: &FillSpans) {
     let i = block_idx_x() as usize;
     if i >= (spans.count as usize).min(MAX_FILL_SPANS) {
         return;
     }
-    let span = spans.spans[i];
+    let mut span = FillSpan::default();
+    // Constant indices only (unrolled): a dynamic index would copy the whole parameter
+    // block to local memory in every thread.
+    #[allow(clippy::needless_range_loop)]
+    for j in 0..MAX_FILL_SPANS {
+        if j == i {
+            span = spans.spans[j];
+        }
+    }
     let mut w = thread_idx_x() as u64;
     while w < span.words as u64 {
         // SAFETY: w < words of the span (caller's contract).
