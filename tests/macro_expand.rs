@@ -222,7 +222,7 @@ fn a_missing_config_is_an_error_before_anything_runs() -> Result<()> {
         "{err}"
     );
     assert_eq!(coords::CONFIGS[0].name, "NC=3");
-    assert_eq!(coords::CONFIGS[1].entry, "coords__cfg1");
+    assert_eq!(coords::CONFIGS[1].entry, "coords__NC1");
     Ok(())
 }
 

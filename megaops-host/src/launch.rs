@@ -271,6 +271,7 @@ impl PreparedLaunch {
 
     /// Launches on one stream; returns the event recorded after it.
     pub(crate) fn launch_on(&self, stream: &Stream) -> Result<Arc<crate::stream::Event>> {
+        let _range = crate::nvtx::range(|| self.entry);
         let params = self.params();
         let raw = RawLaunch {
             kernel: self.kernel,

@@ -18,6 +18,7 @@ mod graph;
 pub mod launch;
 mod module;
 mod notes;
+pub mod nvtx;
 mod order;
 mod partition;
 mod runtime;

@@ -502,8 +502,8 @@ fn all_errors_are_reported_together() {
 #[test]
 fn wait_goes_before_the_first_reader_and_after_prefetch() {
     let out = expansion(matmul_attr(), matmul_item());
-    let entry = &out[pos(&out, "fn matmul__cfg0")..pos(&out, "unsafe fn __megaops_cpu_matmul__cfg0")];
-    let cpu = &out[pos(&out, "unsafe fn __megaops_cpu_matmul__cfg0")..pos(&out, "fn matmul__cfg1")];
+    let entry = &out[pos(&out, "fn matmul__BM64_BN64_BK32_THREADS128")..pos(&out, "unsafe fn __megaops_cpu_matmul__cfg0")];
+    let cpu = &out[pos(&out, "unsafe fn __megaops_cpu_matmul__cfg0")..pos(&out, "fn matmul__BM128_BN128_BK32_THREADS256")];
     let wait_a = "wait_input(&__megaops_ctx, __megaops_tile, &__megaops_sync_a, &__megaops_region_a)";
     for body in [entry, cpu] {
         let prefetch = pos(body, "let w0 = *b;");
@@ -633,7 +633,7 @@ fn launcher_binds_in_signature_order() {
         "{arm}"
     );
     assert!(
-        out.contains("name: \"BM=128, BN=128, BK=32, THREADS=256\", entry: \"matmul__cfg1\""),
+        out.contains("name: \"BM=128, BN=128, BK=32, THREADS=256\", entry: \"matmul__BM128_BN128_BK32_THREADS256\""),
         "{out}"
     );
     assert!(
@@ -809,4 +809,26 @@ fn declared_tensors_and_checks_are_checked_by_the_launcher() {
         ),
         "declares the shape of a pointer parameter; `n` is not one",
     );
+}
+
+#[test]
+fn entries_are_named_after_their_constants() {
+    let out = expansion(
+        quote!(block = 32, tiles(i = n), scratch(p[n])),
+        quote!(
+            #[config(BN = 16, MIN_CTAS: u32 = 0u32, FAST = true, OFF = -2)]
+            #[config(BN = 4 * 8)]
+            #[config(BN = 7)]
+            #[config(BN = 7)]
+            pub unsafe fn k(p: *mut f32, n: u32) {
+                *p.add(i as usize) = 1.0;
+            }
+        ),
+    );
+    assert!(out.contains("fn k__BN16_MIN_CTAS0_FASTtrue_OFFm2("), "{out}");
+    // A value that is not a literal, and two configs that would share a name, fall back
+    // to the config index.
+    assert!(out.contains("fn k__cfg1("), "{out}");
+    assert!(out.contains("fn k__cfg2(") && out.contains("fn k__cfg3("), "{out}");
+    assert!(out.contains("entry: \"k__BN16_MIN_CTAS0_FASTtrue_OFFm2\""), "{out}");
 }

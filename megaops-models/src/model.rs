@@ -173,6 +173,7 @@ impl Model {
             h,
         )?;
         for (l, (layer, cache)) in self.layers.iter().zip(caches.iter_mut()).enumerate() {
+            let _range = megaops::nvtx::range(|| format!("layer {l}"));
             if l == 0 {
                 layer.forward(on, &pass.x, None, cache, pos, &mut pass.sets[0])?;
             } else {

@@ -124,10 +124,19 @@ impl<'a> Plan<'a> {
         self.syncs.iter().find(|s| std::ptr::eq(s.param, p))
     }
 
-    /// PTX entry name of config `i`: `<name>__cfg<i>`.
+    /// PTX entry name of config `i`, readable in profilers: `<name>__<CONST><value>_..`
+    /// from the config's constants (`gemv__BN16_WK8_U4_PF2_MIN_CTAS0`), or
+    /// `<name>__cfg<i>` for a config without constants, one whose values are not all
+    /// integer or boolean literals, or one whose name another config of the kernel
+    /// shares.
     pub fn entry_name(&self, i: usize) -> Ident {
         let name = self.k.name();
-        format_ident!("{}__cfg{}", name, i, span = name.span())
+        let labels: Vec<Option<String>> = self.k.configs.iter().map(entry_label).collect();
+        let unique = |l: &String| labels.iter().filter(|o| o.as_ref() == Some(l)).count() == 1;
+        match labels.get(i).cloned().flatten() {
+            Some(label) if unique(&label) => format_ident!("{}__{}", name, label, span = name.span()),
+            _ => format_ident!("{}__cfg{}", name, i, span = name.span()),
+        }
     }
 
     /// CPU-backend function of config `i`: `__megaops_cpu_<name>__cfg<i>`.
@@ -199,4 +208,34 @@ pub fn config_consts(config: &Config) -> TokenStream {
         Some(quote!(#[allow(dead_code, non_upper_case_globals)] const #name: #ty = #value;))
     });
     quote!(#(#consts)*)
+}
+
+/// `BN16_WK8_U4` for a config's constants, if it has any and every value is an integer
+/// or boolean literal (`m` marks a negative value).
+fn entry_label(c: &crate::ast::Config) -> Option<String> {
+    if c.consts.is_empty() {
+        return None;
+    }
+    let parts: Option<Vec<String>> = c
+        .consts
+        .iter()
+        .map(|k| Some(format!("{}{}", k.name, literal_text(&k.value)?)))
+        .collect();
+    Some(parts?.join("_"))
+}
+
+/// The digits of an integer literal (suffix dropped), `true`/`false`, or `m<digits>` for
+/// a negated integer literal.
+fn literal_text(e: &syn::Expr) -> Option<String> {
+    match e {
+        syn::Expr::Lit(l) => match &l.lit {
+            syn::Lit::Int(i) => Some(i.base10_digits().to_string()),
+            syn::Lit::Bool(b) => Some(b.value.to_string()),
+            _ => None,
+        },
+        syn::Expr::Unary(u) if matches!(u.op, syn::UnOp::Neg(_)) => literal_text(&u.expr).map(|d| format!("m{d}")),
+        syn::Expr::Paren(p) => literal_text(&p.expr),
+        syn::Expr::Group(g) => literal_text(&g.expr),
+        _ => None,
+    }
 }

@@ -44,5 +44,5 @@ pub fn forward(
 fn main() {
     assert_eq!(matmul::CONFIGS.len(), 2);
     assert_eq!(matmul::CONFIGS[0].name, "BM=64, BN=64, BK=32, THREADS=128");
-    assert_eq!(matmul::CONFIGS[1].entry, "matmul__cfg1");
+    assert_eq!(matmul::CONFIGS[1].entry, "matmul__BM128_BN128_BK32_THREADS256");
 }
