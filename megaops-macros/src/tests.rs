@@ -502,8 +502,10 @@ fn all_errors_are_reported_together() {
 #[test]
 fn wait_goes_before_the_first_reader_and_after_prefetch() {
     let out = expansion(matmul_attr(), matmul_item());
-    let entry = &out[pos(&out, "fn matmul__BM64_BN64_BK32_THREADS128")..pos(&out, "unsafe fn __megaops_cpu_matmul__cfg0")];
-    let cpu = &out[pos(&out, "unsafe fn __megaops_cpu_matmul__cfg0")..pos(&out, "fn matmul__BM128_BN128_BK32_THREADS256")];
+    let entry =
+        &out[pos(&out, "fn matmul__BM64_BN64_BK32_THREADS128")..pos(&out, "unsafe fn __megaops_cpu_matmul__cfg0")];
+    let cpu =
+        &out[pos(&out, "unsafe fn __megaops_cpu_matmul__cfg0")..pos(&out, "fn matmul__BM128_BN128_BK32_THREADS256")];
     let wait_a = "wait_input(&__megaops_ctx, __megaops_tile, &__megaops_sync_a, &__megaops_region_a)";
     for body in [entry, cpu] {
         let prefetch = pos(body, "let w0 = *b;");
