@@ -819,9 +819,9 @@ fn entries_are_named_after_their_constants() {
         quote!(block = 32, tiles(i = n), scratch(p[n])),
         quote!(
             #[config(BN = 16, MIN_CTAS: u32 = 0u32, FAST = true, OFF = -2)]
-            #[config(BN = 4 * 8)]
-            #[config(BN = 7)]
-            #[config(BN = 7)]
+            #[config(BN = 4 * 8, MIN_CTAS: u32 = 0u32, FAST = true, OFF = -2)]
+            #[config(BN = 7, MIN_CTAS: u32 = 1, FAST = false, OFF: i32 = 3)]
+            #[config(BN = 7, MIN_CTAS: u32 = 1, FAST = false, OFF: i32 = 3)]
             pub unsafe fn k(p: *mut f32, n: u32) {
                 *p.add(i as usize) = 1.0;
             }
