@@ -152,8 +152,11 @@ use proc_macro2::TokenStream;
 ///
 /// For tile config `i` of kernel `name`:
 ///
-/// - nvptx64: `#[unsafe(no_mangle)] pub unsafe extern "ptx-kernel" fn name__cfg<i>(<the
-///   parameters>, ctx: KernelCtx, <one TileSync per input/output, in signature order>)`;
+/// - nvptx64: `#[unsafe(no_mangle)] pub unsafe extern "ptx-kernel" fn <entry>(<the
+///   parameters>, ctx: KernelCtx, <one TileSync per input/output, in signature order>)`,
+///   where `<entry>` is `name__<CONST><value>_..` from the config's constants
+///   (`gemv__BN16_WK8_U4_PF2_MIN_CTAS0`, readable in profilers), or `name__cfg<i>` for a
+///   config without literal constants or whose name another config shares;
 /// - host: `unsafe fn __megaops_cpu_name__cfg<i>(<same>)` with the kernel's visibility,
 ///   the same body for the CPU backend (one generator emits both), which also feeds the
 ///   CPU backend's out-of-tile read check (`VgpuConfig::check_reads`): it calls

@@ -1,5 +1,5 @@
 //! The kernel body per tile config, emitted twice from one generator: as the PTX entry
-//! `<name>__cfg<i>` (nvptx64) and as the CPU-backend function
+//! `Plan::entry_name` (nvptx64) and as the CPU-backend function
 //! `__megaops_cpu_<name>__cfg<i>` (host). The CPU-backend body also watches its
 //! synchronised inputs and routes the reads of its statements through the out-of-tile
 //! read check ([`sync::watches`], [`sync::body_with_waits`]).
