@@ -143,8 +143,11 @@ pub enum Declared<'a> {
 pub struct ConfigInfo {
     /// Constants of the config, e.g. `"BM=64, BN=64"`.
     pub name: &'static str,
-    /// PTX entry of the config.
+    /// PTX entry of the config (no tile-trace code).
     pub entry: &'static str,
+    /// PTX entry a traced launch of the config runs (the same body with the tile-trace
+    /// calls); `None` for a config that records no tiles (one with launch bounds).
+    pub traced_entry: Option<&'static str>,
 }
 
 /// Where launches go: a [`Stream`], or an `AsyncStream` that spreads them over several.
@@ -203,6 +206,7 @@ pub struct KernelLaunch<'a> {
     kernel: &'static str,
     module: &'static PtxModule,
     entry: &'static str,
+    traced_entry: Option<&'static str>,
     config_name: &'static str,
     opts: &'a LaunchOptions,
     tile_grid: Vec<u32>,
@@ -225,7 +229,10 @@ pub struct PreparedLaunch {
     /// Kernel name.
     pub kernel: &'static str,
     pub(crate) module: &'static PtxModule,
+    /// The config's PTX entry without trace code.
     pub(crate) entry: &'static str,
+    /// The config's PTX entry with the tile-trace calls, if it has one.
+    pub(crate) traced_entry: Option<&'static str>,
     /// Grid (CTAs) and block (threads).
     pub grid: [u32; 3],
     /// Threads per CTA.
@@ -269,14 +276,25 @@ impl PreparedLaunch {
         Arc::new(move || body(&ctx))
     }
 
+    /// The PTX entry that runs: the traced one when the launch has a trace log (set by
+    /// the launch options or by a tracing AsyncStream) and the config has one, else the
+    /// plain one.
+    pub(crate) fn entry_to_run(&self) -> &'static str {
+        match self.traced_entry {
+            Some(traced) if !self.ctx.trace.is_null() => traced,
+            _ => self.entry,
+        }
+    }
+
     /// Launches on one stream; returns the event recorded after it.
     pub(crate) fn launch_on(&self, stream: &Stream) -> Result<Arc<crate::stream::Event>> {
-        let _range = crate::nvtx::range(|| self.entry);
+        let entry = self.entry_to_run();
+        let _range = crate::nvtx::range(|| entry);
         let params = self.params();
         let raw = RawLaunch {
             kernel: self.kernel,
             module: self.module,
-            entry: self.entry,
+            entry,
             grid: self.grid,
             block: self.block,
             dynamic_smem: self.dynamic_smem,
@@ -308,6 +326,7 @@ impl<'a> KernelLaunch<'a> {
             kernel,
             module,
             entry,
+            traced_entry: None,
             config_name: "",
             opts,
             tile_grid: vec![1],
@@ -332,6 +351,13 @@ impl<'a> KernelLaunch<'a> {
     /// Names the tile config (its constants, `ConfigInfo::name`) for traces and reports.
     pub fn config_name(&mut self, name: &'static str) {
         self.config_name = name;
+    }
+
+    /// The PTX entry to run instead of the plain one when the launch is traced
+    /// (`ConfigInfo::traced_entry`); without one a traced launch runs the plain entry and
+    /// records no tile on the GPU.
+    pub fn traced_entry(&mut self, entry: Option<&'static str>) {
+        self.traced_entry = entry;
     }
 
     /// The device.
@@ -681,6 +707,7 @@ impl<'a> KernelLaunch<'a> {
             kernel: self.kernel,
             module: self.module,
             entry: self.entry,
+            traced_entry: self.traced_entry,
             grid: [ctas as u32, 1, 1],
             block: self.block,
             dynamic_smem: smem,
@@ -1028,5 +1055,46 @@ mod tests {
         }
         assert_eq!(padded_smem(100_000, 2, sm, 232_448).unwrap(), 100_000);
         assert!(padded_smem(0, 0, sm, 232_448).is_err());
+    }
+
+    /// A launch target that keeps the entry each launch would run.
+    struct EntryRecorder {
+        device: Device,
+        entries: std::sync::Mutex<Vec<&'static str>>,
+    }
+
+    impl LaunchTarget for EntryRecorder {
+        fn device(&self) -> &Device {
+            &self.device
+        }
+        fn submit(&self, launch: PreparedLaunch) -> Result<u32> {
+            lock(&self.entries).push(launch.entry_to_run());
+            Ok(launch.ctx.launch_id)
+        }
+    }
+
+    /// A traced launch runs the config's traced entry, an untraced one the plain entry; a
+    /// config without a traced entry runs its plain one either way.
+    #[test]
+    fn traced_launches_run_the_traced_entry() {
+        static MODULE: PtxModule = PtxModule { name: "test", ptx: &[] };
+        let device = Device::cpu(crate::VgpuConfig::default()).unwrap();
+        device.start_trace(16).unwrap();
+        let target = EntryRecorder {
+            device: device.clone(),
+            entries: Default::default(),
+        };
+        for (traced, traced_entry) in [(false, Some("k__traced")), (true, Some("k__traced")), (true, None)] {
+            let opts = LaunchOptions {
+                traced,
+                ..LaunchOptions::default()
+            };
+            let mut l = KernelLaunch::new(&device, "k", &MODULE, "k__plain", &opts);
+            l.traced_entry(traced_entry);
+            l.tiles(&[2]).unwrap();
+            l.block([32, 1, 1]).unwrap();
+            l.submit(&target, |_| {}).unwrap();
+        }
+        assert_eq!(*lock(&target.entries), ["k__plain", "k__traced", "k__plain"]);
     }
 }

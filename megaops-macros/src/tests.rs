@@ -834,3 +834,42 @@ fn entries_are_named_after_their_constants() {
     assert!(out.contains("fn k__cfg2(") && out.contains("fn k__cfg3("), "{out}");
     assert!(out.contains("entry: \"k__BN16_MIN_CTAS0_FASTtrue_OFFm2\""), "{out}");
 }
+
+/// Each config gets a plain entry without trace code and a `__traced` one with it, except
+/// a config whose launch bounds are known (a literal `min_ctas` other than 0): it records
+/// no tile, so it has only the plain entry and `traced_entry: None`.
+#[test]
+fn traced_launches_get_their_own_entry() {
+    let out = expansion(
+        quote!(block = 32, tiles(i = n), scratch(p[n]), min_ctas = MIN_CTAS),
+        quote!(
+            #[config(BN = 16, MIN_CTAS: u32 = 0)]
+            #[config(BN = 32, MIN_CTAS: u32 = 2)]
+            #[config(BN = 64, MIN_CTAS: u32 = 1 + 1)]
+            pub unsafe fn k(p: *mut f32, n: u32) {
+                *p.add(i as usize) = 1.0;
+            }
+        ),
+    );
+    let entry = |name: &str| out.contains(&format!("extern \"ptx-kernel\" fn {name}("));
+    assert!(
+        entry("k__BN16_MIN_CTAS0") && entry("k__BN16_MIN_CTAS0__traced"),
+        "{out}"
+    );
+    assert!(
+        entry("k__BN32_MIN_CTAS2") && !entry("k__BN32_MIN_CTAS2__traced"),
+        "{out}"
+    );
+    // A bound the macro cannot evaluate keeps both entries (the traced one then decides
+    // at compile time whether it records).
+    assert!(entry("k__cfg2") && entry("k__cfg2__traced"), "{out}");
+    assert!(
+        out.contains("traced_entry: ::core::option::Option::Some(\"k__BN16_MIN_CTAS0__traced\")"),
+        "{out}"
+    );
+    assert!(out.contains("traced_entry: ::core::option::Option::None"), "{out}");
+    // Plain entries have no trace call: the two traced entries and the three CPU
+    // functions do.
+    let calls = out.matches("trace_record").count();
+    assert_eq!(calls, 2 + 3, "{out}");
+}

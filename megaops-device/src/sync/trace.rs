@@ -1,8 +1,10 @@
 //! Tile traces: what `#[megaops::kernel]` records per kernel tile when the launch's
-//! [`KernelCtx::trace`] is set (off by default, then each call is one test of a kernel
-//! parameter).
+//! [`KernelCtx::trace`] is set (off by default). Each config has two PTX entries: the
+//! plain one contains none of these calls, the `__traced` one that a traced launch runs
+//! contains them (and each call also tests `ctx.trace`, so a traced entry launched
+//! without a log records nothing).
 //!
-//! Per kernel tile the generated body calls [`trace_now`] at the tile's start,
+//! Per kernel tile the traced body calls [`trace_now`] at the tile's start,
 //! [`trace_waited`] after each input wait that succeeded, [`trace_end`] once every thread
 //! finished the tile (before the output signals, so that a consumer's wait always ends
 //! after the end its producer recorded) and [`trace_record`] after the signals. Thread 0

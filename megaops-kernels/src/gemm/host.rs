@@ -119,6 +119,7 @@ mod tests {
         let c = ConfigInfo {
             name: "BM=128, BN=64, BK=32, STAGES=4",
             entry: "matmul__cfg0",
+            traced_entry: None,
         };
         assert_eq!(config_tile(&c), Some((128, 64)));
         assert_eq!(config_value(&c, "STAGES"), Some(4));

@@ -360,6 +360,7 @@ mod tests {
         let info = ConfigInfo {
             name: "BN=64, WK: u32 = 2, U: usize = 4, PF=2usize",
             entry: "e",
+            traced_entry: None,
         };
         let shape = ConfigShape {
             bn: 64,
@@ -372,6 +373,7 @@ mod tests {
         let info = ConfigInfo {
             name: "BN=64, WK: u32 = 2, U: usize = 4, PF=2usize, MIN_CTAS: u32 = 2",
             entry: "e",
+            traced_entry: None,
         };
         assert_eq!(ConfigShape::of(&info), Some(ConfigShape { min_ctas: 2, ..shape }));
     }

@@ -1,6 +1,7 @@
-//! The kernel body per tile config, emitted twice from one generator: as the PTX entry
-//! `Plan::entry_name` (nvptx64) and as the CPU-backend function
-//! `__megaops_cpu_<name>__cfg<i>` (host). The CPU-backend body also watches its
+//! The kernel body per tile config, emitted from one generator as two PTX entries
+//! (nvptx64) — `Plan::entry_name` without any trace code and `Plan::traced_entry_name`
+//! with it, which the launcher picks for a traced launch — and as the CPU-backend
+//! function `__megaops_cpu_<name>__cfg<i>` (host). The CPU-backend body also watches its
 //! synchronised inputs and routes the reads of its statements through the out-of-tile
 //! read check ([`sync::watches`], [`sync::body_with_waits`]).
 //!
@@ -11,7 +12,7 @@
 //! if tile >= ctx.num_tiles { return; }
 //! let [pid_m, pid_n, ..] = tile_coords(&ctx, tile);
 //! let region_a = [...]; let region_c = [...];    // element regions of the kernel tile
-//! let start = trace_now(&ctx);                   // 0 unless the launch is traced
+//! let start = trace_now(&ctx);                   // traced entry; 0 unless the launch is traced
 //! let mut failed = false;
 //! let mut body = || unsafe { <statements, each input's wait before its first reader> };
 //! body();                                       // traced: trace_waited after each wait
@@ -25,7 +26,9 @@ use crate::paths;
 use proc_macro2::TokenStream;
 use quote::quote;
 
-/// Both targets' functions for every config.
+/// Both targets' functions for every config: per config the untraced PTX entry (no trace
+/// code at all), the traced one ([`Plan::traced_entry_name`], unless the config keeps
+/// launch bounds) and the CPU-backend function (which traces when the launch asks).
 pub fn entries(plan: &Plan) -> TokenStream {
     let k = plan.k;
     let params = k.item.sig.inputs.iter();
@@ -35,22 +38,30 @@ pub fn entries(plan: &Plan) -> TokenStream {
     let vis = k.vis();
     let params = quote!(#(#params,)* #ctx: #kernel_ctx #(, #syncs: #tile_sync)*);
     let fns = k.configs.iter().enumerate().map(|(i, config)| {
-        let (body, cpu_body) = (
-            body(plan, config_consts(config), false),
-            body(plan, config_consts(config), true),
-        );
-        let (entry, cpu) = (plan.entry_name(i), plan.cpu_name(i));
-        let bounds = launch_bounds(plan, i, config_consts(config));
-        quote! {
-            #bounds
+        let consts = || config_consts(config);
+        let ptx_entry = |entry: &syn::Ident, traced: Option<TokenStream>| {
+            let body = body(plan, consts(), false, traced);
+            let bounds = launch_bounds(plan, entry, consts());
+            quote! {
+                #bounds
 
-            #[cfg(target_arch = "nvptx64")]
-            #[unsafe(no_mangle)]
-            #[allow(non_snake_case, clippy::too_many_arguments)]
-            #(#attrs)*
-            pub unsafe extern "ptx-kernel" fn #entry(#params) {
-                #body
+                #[cfg(target_arch = "nvptx64")]
+                #[unsafe(no_mangle)]
+                #[allow(non_snake_case, clippy::too_many_arguments)]
+                #(#attrs)*
+                pub unsafe extern "ptx-kernel" fn #entry(#params) {
+                    #body
+                }
             }
+        };
+        let plain = ptx_entry(&plan.entry_name(i), None);
+        let traced = plan
+            .traced_entry_name(i)
+            .map(|entry| ptx_entry(&entry, Some(traceable(plan))));
+        let (cpu, cpu_body) = (plan.cpu_name(i), body(plan, consts(), true, Some(traceable(plan))));
+        quote! {
+            #plain
+            #traced
 
             #[cfg(not(target_arch = "nvptx64"))]
             #[doc(hidden)]
@@ -64,16 +75,27 @@ pub fn entries(plan: &Plan) -> TokenStream {
     quote!(#(#fns)*)
 }
 
+/// Whether a config's traced body records its tiles: configs with launch bounds
+/// (`min_ctas` > 0) are register-capped, and keeping the trace times live across their
+/// body would spill, so they record nothing. A constant expression of the config's
+/// constants.
+fn traceable(plan: &Plan) -> TokenStream {
+    match &plan.k.min_ctas {
+        Some(min) => quote!(((#min) as u32) == 0),
+        None => quote!(true),
+    }
+}
+
 /// With `min_ctas = N`: a marker static `__megaops_launch_bounds__<entry> = [threads, N]`
 /// that the PTX linker of `megaops-build` turns into `.maxntid threads, 1, 1` and
 /// `.minnctapersm N` on the entry (rustc has no attribute for launch bounds). `block` and
 /// `min_ctas` must then be constant expressions of the config's constants; a config whose
 /// `min_ctas` is 0 keeps no bounds (the linker drops its marker).
-fn launch_bounds(plan: &Plan, i: usize, consts: TokenStream) -> TokenStream {
+fn launch_bounds(plan: &Plan, entry: &syn::Ident, consts: TokenStream) -> TokenStream {
     let Some(min) = &plan.k.min_ctas else {
         return TokenStream::new();
     };
-    let name = quote::format_ident!("__megaops_launch_bounds__{}", plan.entry_name(i));
+    let name = quote::format_ident!("__megaops_launch_bounds__{}", entry);
     let threads = match &plan.k.block {
         Some(syn::Expr::Tuple(t)) => {
             let dims = t.elems.iter();
@@ -96,12 +118,13 @@ fn launch_bounds(plan: &Plan, i: usize, consts: TokenStream) -> TokenStream {
 }
 
 /// The body of one config's entry; `host`: the CPU-backend function's, whose reads of
-/// synchronised inputs are checked (see [`sync::watches`]).
-pub fn body(plan: &Plan, consts: TokenStream, host: bool) -> TokenStream {
+/// synchronised inputs are checked (see [`sync::watches`]); `traced`: `None` emits no
+/// trace call, `Some(c)` emits them under the constant expression `c`.
+pub fn body(plan: &Plan, consts: TokenStream, host: bool, traced: Option<TokenStream>) -> TokenStream {
     let (ctx, tile, t) = (local("__megaops_ctx"), local("__megaops_tile"), local("__megaops_t"));
     let (begin, remap) = (paths::kernel_begin_cta(), paths::remap_tile());
     let (block_idx_x, grid_dim_x) = (paths::block_idx_x(), paths::grid_dim_x());
-    let per_tile = tile_body(plan, host);
+    let per_tile = tile_body(plan, host, traced.is_some());
     let schedule = if plan.k.persistent {
         quote! {
             let mut #t = #block_idx_x();
@@ -124,17 +147,16 @@ pub fn body(plan: &Plan, consts: TokenStream, host: bool) -> TokenStream {
     };
     // Parameters only the annotation uses (e.g. in `tiles(...)`) are used on the host.
     let annotation_only = plan.k.params_in_annotation();
-    // Configs with launch bounds (`min_ctas` > 0) are register-capped: keeping the trace
-    // times live across their body would spill, so they are built without tracing.
-    let traced = local("__MEGAOPS_TRACED");
-    let traced_value = match &plan.k.min_ctas {
-        Some(min) => quote!(((#min) as u32) == 0),
-        None => quote!(true),
-    };
+    let traced_const = traced.map(|traced| {
+        let name = local("__MEGAOPS_TRACED");
+        quote! {
+            #[allow(non_upper_case_globals, clippy::eq_op)]
+            const #name: bool = #traced;
+        }
+    });
     quote! {
         #consts
-        #[allow(non_upper_case_globals, clippy::eq_op)]
-        const #traced: bool = #traced_value;
+        #traced_const
         #(let _ = &#annotation_only;)*
         // SAFETY: the launcher passes a null or valid begin flag.
         unsafe { #begin(&#ctx) };
@@ -142,8 +164,9 @@ pub fn body(plan: &Plan, consts: TokenStream, host: bool) -> TokenStream {
     }
 }
 
-/// One kernel tile: coordinates, regions, the user's statements with waits, signals.
-fn tile_body(plan: &Plan, host: bool) -> TokenStream {
+/// One kernel tile: coordinates, regions, the user's statements with waits, signals;
+/// with `traced`, the trace calls around them.
+fn tile_body(plan: &Plan, host: bool, traced: bool) -> TokenStream {
     let (ctx, tile, failed, run) = (
         local("__megaops_ctx"),
         local("__megaops_tile"),
@@ -154,7 +177,7 @@ fn tile_body(plan: &Plan, host: bool) -> TokenStream {
     let axes = plan.axes.iter().map(|a| &a.name);
     let regions = sync::regions(plan);
     let watches = if host { sync::watches(plan) } else { TokenStream::new() };
-    let stmts = sync::body_with_waits(plan, host);
+    let stmts = sync::body_with_waits(plan, host, traced);
     let signals = sync::signals(plan);
     let (trace_now, trace_end, trace_record) = (paths::trace_now(), paths::trace_end(), paths::trace_record());
     let (start, waited, end) = (
@@ -162,11 +185,27 @@ fn tile_body(plan: &Plan, host: bool) -> TokenStream {
         local("__megaops_trace_waited"),
         local("__megaops_trace_end"),
     );
-    let traced = local("__MEGAOPS_TRACED");
+    let traced_const = local("__MEGAOPS_TRACED");
+    let (trace_start, trace_end, trace_record) = if traced {
+        (
+            quote! {
+                let #start = if #traced_const { #trace_now(&#ctx) } else { 0 };
+                #[allow(unused_mut)]
+                let mut #waited = 0u64;
+            },
+            quote!(let #end = if #traced_const { #trace_end(&#ctx) } else { 0 };),
+            quote! {
+                if #traced_const {
+                    // SAFETY: the launcher passes a null or valid trace log.
+                    unsafe { #trace_record(&#ctx, #tile, #start, #waited, #end) };
+                }
+            },
+        )
+    } else {
+        (TokenStream::new(), TokenStream::new(), TokenStream::new())
+    };
     quote! {
-        let #start = if #traced { #trace_now(&#ctx) } else { 0 };
-        #[allow(unused_mut)]
-        let mut #waited = 0u64;
+        #trace_start
         // An axis the body does not need is still part of the declared grid.
         #[allow(unused_variables)]
         let [#(#axes,)* ..] = #tile_coords(&#ctx, #tile);
@@ -181,11 +220,8 @@ fn tile_body(plan: &Plan, host: bool) -> TokenStream {
             #stmts
         };
         #run();
-        let #end = if #traced { #trace_end(&#ctx) } else { 0 };
+        #trace_end
         #signals
-        if #traced {
-            // SAFETY: the launcher passes a null or valid trace log.
-            unsafe { #trace_record(&#ctx, #tile, #start, #waited, #end) };
-        }
+        #trace_record
     }
 }

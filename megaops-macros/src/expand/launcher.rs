@@ -34,8 +34,15 @@ pub fn module(plan: &Plan) -> TokenStream {
     let names: Vec<_> = k.params.iter().filter_map(|p| p.name.as_ref()).collect();
     let configs = k.configs.iter().enumerate().map(|(i, c)| {
         let entry = plan.entry_name(i).to_string();
+        let traced = match plan.traced_entry_name(i) {
+            Some(t) => {
+                let t = t.to_string();
+                quote!(::core::option::Option::Some(#t))
+            }
+            None => quote!(::core::option::Option::None),
+        };
         let label = config_label(c);
-        quote!(#config_info { name: #label, entry: #entry })
+        quote!(#config_info { name: #label, entry: #entry, traced_entry: #traced })
     });
     let arms = (0..k.configs.len()).map(|i| arm(plan, i));
     let n_configs = k.configs.len();
@@ -163,6 +170,7 @@ fn arm(plan: &Plan, i: usize) -> TokenStream {
             #(#zero_tiles)*
             let mut #l = #kernel_launch::new(#on.device(), #kernel, &crate::__MEGAOPS_PTX, #entry, #opts);
             #l.config_name(CONFIGS[#i].name);
+            #l.traced_entry(CONFIGS[#i].traced_entry);
             #l.tiles(&[#(#extents),*])?;
             #l.block(#block)?;
             #l.dynamic_smem(#smem)?;

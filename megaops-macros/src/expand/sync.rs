@@ -43,9 +43,9 @@ pub fn regions(plan: &Plan) -> TokenStream {
 }
 
 /// The wait for input `s`: on failure the tile is abandoned (`failed` set, the body
-/// closure returns) and the CTA signals nothing; on success a traced launch notes when
-/// the wait ended.
-pub fn wait(s: &SyncPlan) -> TokenStream {
+/// closure returns) and the CTA signals nothing; on success a traced body (`traced`)
+/// notes when the wait ended.
+pub fn wait(s: &SyncPlan, traced: bool) -> TokenStream {
     let wait_input = paths::wait_input();
     let (ctx, tile, failed) = (
         local("__megaops_ctx"),
@@ -53,19 +53,24 @@ pub fn wait(s: &SyncPlan) -> TokenStream {
         local("__megaops_failed"),
     );
     let (sync, region) = (&s.sync_ident, &s.region_ident);
-    let (trace_waited, waited, traced) = (
-        paths::trace_waited(),
-        local("__megaops_trace_waited"),
-        local("__MEGAOPS_TRACED"),
-    );
+    let note = traced.then(|| {
+        let (trace_waited, waited, traced) = (
+            paths::trace_waited(),
+            local("__megaops_trace_waited"),
+            local("__MEGAOPS_TRACED"),
+        );
+        quote! {
+            if #traced {
+                #trace_waited(&#ctx, &mut #waited);
+            }
+        }
+    });
     quote! {
         if !#wait_input(&#ctx, #tile, &#sync, &#region) {
             #failed = true;
             return;
         }
-        if #traced {
-            #trace_waited(&#ctx, &mut #waited);
-        }
+        #note
     }
 }
 
@@ -88,8 +93,8 @@ pub fn watches(plan: &Plan) -> TokenStream {
 /// same statement wait in annotation order. `host`: the CPU-backend body, where every
 /// dereference, `.read()` / `ptr::read(..)` whose operand mentions an input goes through
 /// the read check (`ReadProbe`), which checks pointers and references and passes any
-/// other operand unchanged.
-pub fn body_with_waits(plan: &Plan, host: bool) -> TokenStream {
+/// other operand unchanged. `traced`: the waits note their end for the tile trace.
+pub fn body_with_waits(plan: &Plan, host: bool, traced: bool) -> TokenStream {
     let inputs: Vec<&SyncPlan> = plan
         .k
         .syncs
@@ -103,7 +108,7 @@ pub fn body_with_waits(plan: &Plan, host: bool) -> TokenStream {
         for (i, input) in inputs.iter().enumerate() {
             if !waited[i] && st.mention_of(input.sync.name()).is_some() {
                 waited[i] = true;
-                out.extend(wait(input));
+                out.extend(wait(input, traced));
             }
         }
         if host {
