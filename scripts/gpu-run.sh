@@ -13,7 +13,8 @@
 #   (128-token prompt, 8 new tokens) and `megaops bench $TRACE_BENCH_ARGS --trace`
 #   (TRACE_TIMEOUT) into $OUT/trace.jsonl; the trace folders packed as $OUT/traces.tgz.
 #   sweep: TESTS' GPU tests, then `megaops bench $SWEEP_ARGS` per binary (SWEEP_BINS) and
-#   stream count (SWEEP_STREAMS), SWEEP_ROUNDS rounds, into $OUT/sweep.jsonl.
+#   stream count (SWEEP_STREAMS), SWEEP_ROUNDS rounds, into $OUT/sweep.jsonl; with
+#   NVTX_CHECK=1 first the NVTX check (nvtx_check below) into $OUT/nvtx.log.
 #   default suites: overlap:50 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30
 #   MEGAOPS_BENCH_BUDGET_S (default 25 here) caps the suites that stop adding shapes.
 set -u
@@ -32,6 +33,24 @@ named_gpu_tests() {
     timeout -k 5 "${TEST_TIMEOUT:-150}" "tests/$t" gpu --test-threads=1 > "$dir/test-$t.log" 2>&1
     echo "test $t: rc=$? $(grep -a "test result" "$dir/test-$t.log" | tail -1)" >> "$summary"
   done
+}
+# NVTX through a real profiler: Nsight Compute profiles only the kernels launched inside
+# the NVTX range "layer 1" of a `megaops generate` prefill (MEGAOPS_NVTX=1); with a range
+# name nobody opens, or without MEGAOPS_NVTX, it must profile none.
+nvtx_check() {
+  local ncu=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)} case range env rc part
+  : > "$OUT/nvtx.log"; part="$OUT/nvtx.part"
+  for case in "layer 1/:MEGAOPS_NVTX=1" "no such range/:MEGAOPS_NVTX=1" "layer 1/:MEGAOPS_NVTX=0"; do
+    range=${case%%:*}; env=${case##*:}
+    env "$env" timeout -k 5 "${NVTX_TIMEOUT:-150}" "$ncu" --nvtx --nvtx-include "$range" --launch-count 8 \
+      --section LaunchStats ./megaops generate --preset "${NVTX_PRESET:-tiny}" --prompt-ids 1,2,3 \
+      --max-new-tokens 2 > "$part" 2>&1
+    rc=$?
+    echo "nvtx: '$range' $env: rc=$rc, $(grep -a -c '==PROF== Profiling' "$part") kernels profiled;" \
+      "first: $(grep -a -m1 '==PROF== Profiling' "$part" | cut -c1-100)" >> "$summary"
+    { echo "== ncu --nvtx-include '$range' with $env (rc=$rc)"; cat "$part"; } >> "$OUT/nvtx.log"
+  done
+  rm -f "$part"
 }
 if [ "$what" = tests ] || [ "$what" = all ]; then
   # Test binaries run two at a time (correctness only; each has its own log).
@@ -125,6 +144,7 @@ if [ "$what" = sweep ]; then
   # $OUT/sweep.jsonl; with SWEEP_TRACE_STREAMS, the first binary re-runs traced at that
   # stream count into $OUT/sweep-trace.tgz (JSON only).
   named_gpu_tests "$OUT/sweep"
+  [ "${NVTX_CHECK:-}" = 1 ] && nvtx_check
   for round in $(seq 1 "${SWEEP_ROUNDS:-2}"); do
     for b in ${SWEEP_BINS:-./megaops}; do
       for st in ${SWEEP_STREAMS:-2}; do
