@@ -2,7 +2,7 @@
 # Runs, on a GPU machine, every GPU test (tests whose name contains "gpu") of the bundle
 # made by scripts/gpu-bundle.sh, the Figure 1 example and the benchmark suites, each under
 # its own timeout. Full logs go to $OUT (default ./gpu-out); a short summary is printed
-# last. Usage: [TESTS="bin ..."] gpu-run.sh [tests|bench|all|engine|e2e|trace|sweep] [suite:seconds ...]
+# last. Usage: [TESTS="bin ..."] gpu-run.sh [tests|bench|all|engine|e2e|trace|sweep|nvtx] [suite:seconds ...]
 #   engine: TESTS' GPU tests beside bench/hf_compare.py (HF_ARGS, HF_TIMEOUT), then
 #   end-to-end generations of E2E_PRESETS overlapped and with --no-overlap.
 #   e2e: `megaops bench $E2E_ARGS` (E2E_TIMEOUT) into $OUT/e2e.jsonl, then
@@ -15,6 +15,7 @@
 #   sweep: TESTS' GPU tests, then `megaops bench $SWEEP_ARGS` per binary (SWEEP_BINS) and
 #   stream count (SWEEP_STREAMS), SWEEP_ROUNDS rounds, into $OUT/sweep.jsonl; with
 #   NVTX_CHECK=1 first the NVTX check (nvtx_check below) into $OUT/nvtx.log.
+#   nvtx: only the NVTX check.
 #   default suites: overlap:50 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30
 #   MEGAOPS_BENCH_BUDGET_S (default 25 here) caps the suites that stop adding shapes.
 set -u
@@ -52,6 +53,7 @@ nvtx_check() {
   done
   rm -f "$part"
 }
+[ "$what" = nvtx ] && nvtx_check
 if [ "$what" = tests ] || [ "$what" = all ]; then
   # Test binaries run two at a time (correctness only; each has its own log).
   mkdir -p "$OUT/tests"
