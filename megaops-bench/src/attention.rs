@@ -4,7 +4,7 @@
 //!   Qwen3-8B (32/8 heads of 128), Qwen3-1.7B (16/8 × 128) and Llama-3.2-1B (32/8 × 64),
 //!   every sequence at the full context; µs and bandwidth over the K and V bytes read, as
 //!   a fraction of the pure-read bandwidth measured in the same run (`bandwidth`
-//!   suite's kernel; 4.28 TB/s on the H200 per DESIGN.md).
+//!   suite's kernel; 4.28 TB/s on the H200, bench/RESULTS.md "Pure-read bandwidth").
 //! - Prefill attention (`attention::prefill`): one sequence of 1024 / 4096 tokens, every
 //!   tile config of the head dim; TFLOP/s of the causal work (`2·hq·D·seq·(seq+1)`).
 //! - Memory-bound kernels (add_rmsnorm, silu_mul, qk_norm_rope) at decode (16 tokens)
@@ -32,8 +32,8 @@ use std::time::Instant;
 
 /// Wall-clock budget of the suite (≤ 90 s on an H200, all included).
 const BUDGET_S: f64 = 80.0;
-/// Pure-read bandwidth of the H200 (GB/s, DESIGN.md): the decode roofline when the
-/// measurement in the run fails.
+/// Pure-read bandwidth of the H200 (GB/s, bench/RESULTS.md "Pure-read bandwidth"): the
+/// decode roofline when the measurement in the run fails.
 const READ_GBPS_H200: f64 = 4280.0;
 /// Bytes of each random pool (K, V): the largest decode cache, 16 × 16384 × 8 × 128 bf16.
 const POOL_BYTES: usize = 16 * 16384 * 8 * 128 * 2;

@@ -3,19 +3,17 @@
 //! both ([`linear`], [`gate_up`]) — the generated launchers cannot check the sizes of
 //! plain tensors (`w`, the workspace), these do.
 //!
-//! The choice follows what `megaops-bench gemv` measured on the H200 (every config and
-//! split timed on the decode shapes of Qwen3-0.6B/1.7B/8B and Llama-3.2-1B, m = 1…16; see
-//! bench/RESULTS.md):
+//! The rules (the `megaops-bench gemv` measurements behind them, every config and split
+//! on the decode shapes of Qwen3-0.6B/1.7B/8B and Llama-3.2-1B, m = 1…16, are in
+//! bench/RESULTS.md, "Decode GEMV"):
 //! - **No split-K** unless the output is so narrow that even the narrowest tile leaves
 //!   most SMs idle: the split kernels' partial-sum round trip and ticket cost more than
-//!   the extra CTAs bring (the measured best was unsplit on 58 of 59 shapes).
+//!   the extra CTAs bring.
 //! - **Bounded configs for a GEMV alone, unbounded beside a producer** ([`Placement`]):
 //!   configs with launch bounds (`MIN_CTAS`, two 256-thread CTAs per SM) keep twice the
-//!   weight loads in flight per SM and were faster on the standalone sweep (0.95× →
-//!   1.00× cuBLAS, run Q), but a consumer GEMV overlapping its producer (the MLP's down
-//!   projection beside the fused gate/up) then parks twice the waiting CTAs on the
-//!   producer's SMs and the overlapped block got slower (0.90× of serial for
-//!   Llama-3.2-1B at m = 1).
+//!   weight loads in flight per SM, but a consumer GEMV overlapping its producer (the
+//!   MLP's down projection beside the fused gate/up) would park twice the waiting CTAs on
+//!   the producer's SMs.
 //! - **Enough CTAs, as wide as possible**: the widest tile (`BN`) that still gives about
 //!   one CTA per SM (`rg · ⌈n / BN⌉ ≥ 0.9 · SMs`, `rg` = 2 for gate+up, whose CTAs read
 //!   twice the rows), or 1.4 per SM for bounded configs (seven tenths of the two that fit),
@@ -23,9 +21,8 @@
 //!   gives that many CTAs, the narrowest.
 //! - **Short batches for m > 8**: with more than 8 tokens each warp multiplies two n-tiles
 //!   of x, which doubles the live x fragments; the widest tile with the shortest batch
-//!   (`U = 2`) that reaches enough CTAs is then taken first (on the m = 16 shapes of run Q
-//!   it was the best tile of every gate+up projection, up to 1.3× faster than `U = 4`),
-//!   else the rule above among the longer batches.
+//!   (`U = 2`) that reaches enough CTAs is then taken first, else the rule above among
+//!   the longer batches.
 
 use super::{gate_up_silu, gate_up_silu_splitk, gemv, gemv_splitk};
 use megaops::launch::{AsInput, AsOutput, ConfigInfo};
@@ -410,7 +407,8 @@ mod tests {
         }
     }
 
-    /// The best tiles of the bounded configs on run Q's standalone sweep (H200, 132 SMs).
+    /// The best tiles of the bounded configs on the standalone GEMV sweep of
+    /// bench/RESULTS.md (H200, 132 SMs).
     #[test]
     fn a_gemv_alone_gets_the_bounded_configs_that_measured_best() {
         for (m, n, k, bn, wk, u) in [

@@ -147,13 +147,8 @@ impl MlpPath {
 /// The `matmul` configs of an MLP block's prefill GEMMs (`[gate/up, down]`) for `m`
 /// rows on `sms` SMs. Both use the `wgmma` tiles ([`gemm_config`] with `wgmma`) when
 /// `m ≥ 2048` or when the gate/up GEMM has at least two waves of 128×256 tiles, else
-/// both use the `mma.sync` ones. The 128×256 `wgmma` tile is the warp-specialised config
-/// 11 (run O: the prefill block 8–9 % faster than with config 9, overlapped 0.99–1.10× of
-/// serial). Measured on the H200 (`bench/RESULTS.md`, runs J and K, with config 9):
-/// with `wgmma` tiles the block is 8–28 % faster at m = 4096 and 8192 and the overlapped
-/// forward still gains 1.04–1.14×; at m = 1024 they took Qwen3-0.6B (1.45 waves of
-/// gate/up tiles) to 0.97× of its serial forward, the `mma.sync` tiles to 1.01×, while
-/// Llama-3.2-1B (3.9 waves) measured 1.00× with `wgmma` tiles and 0.94× with `mma.sync`.
+/// both use the `mma.sync` ones. `bench/RESULTS.md` ("MLP block prefill") has the
+/// measurements behind the rule.
 pub fn mlp_gemm_configs(m: usize, hidden: usize, inter: usize, sms: u32) -> [usize; 2] {
     let waves = m.div_ceil(128) * (2 * inter).div_ceil(256);
     let wgmma = m >= 2048 || waves >= 2 * sms as usize;
@@ -165,10 +160,9 @@ pub fn mlp_gemm_configs(m: usize, hidden: usize, inter: usize, sms: u32) -> [usi
 
 /// The `matmul` config for an `m × n` output on `sms` SMs.
 ///
-/// - `wgmma`: the first of 128×256 (config 11, warp-specialised `wgmma` on sm_90a, faster
-///   than config 9's synchronous pipeline on all 44 prefill shapes of run N), 128×128
-///   (config 8, `wgmma`), 64×128 (config 4) and 64×64 (config 5) tiles that gives at
-///   least 0.9 CTAs per SM;
+/// - `wgmma`: the first of 128×256 (config 11, warp-specialised `wgmma` on sm_90a),
+///   128×128 (config 8, `wgmma`), 64×128 (config 4) and 64×64 (config 5) tiles that
+///   gives at least 0.9 CTAs per SM;
 /// - else: the first of 128×128 (config 0, `mma.sync`), 64×128 and 64×64 that gives at
 ///   least one CTA per SM.
 ///
@@ -673,7 +667,7 @@ mod tests {
 
     #[test]
     fn mlp_prefill_uses_wgmma_tiles_for_long_or_wide_gemms() {
-        // The configurations measured in runs J, K and O (bench/RESULTS.md).
+        // The configurations the MLP prefill measurements of bench/RESULTS.md chose.
         assert_eq!(mlp_gemm_configs(1024, 1024, 3072, 132), [0, 5], "Qwen3-0.6B, m = 1024");
         assert_eq!(
             mlp_gemm_configs(1024, 2048, 8192, 132),
