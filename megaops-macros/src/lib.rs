@@ -14,13 +14,12 @@
 //! - `expand/`: `device` (one body generator for the PTX entry and the CPU-backend
 //!   function), `sync` (regions, waits, signals), `launcher` (the host module); it never
 //!   discovers user errors;
-//! - `fallback`: on error, the errors plus the user's function without helper attributes;
+//! - `fallback`: on error, the errors plus the user's function without helper attributes
+//!   and a stub of its launcher module;
 //! - `paths`: every generated path, all through `::megaops::__private`;
 //! - `site`: whether the function sits in an `impl` or `trait` block (its source file
 //!   tells), where a kernel cannot go;
 //! - `text`: token streams as readable text (messages, docs, the `debug` dump).
-
-#![warn(missing_docs)]
 
 mod ast;
 mod attr;
@@ -156,7 +155,10 @@ use proc_macro2::TokenStream;
 ///   parameters>, ctx: KernelCtx, <one TileSync per input/output, in signature order>)`,
 ///   where `<entry>` is `name__<CONST><value>_..` from the config's constants
 ///   (`gemv__BN16_WK8_U4_PF2_MIN_CTAS0`, readable in profilers), or `name__cfg<i>` for a
-///   config without literal constants or whose name another config shares;
+///   config without literal constants or whose name another config shares. This entry
+///   has no tile-trace code; a second one, `<entry>__traced`, has it and runs the traced
+///   launches (`ConfigInfo::traced_entry`), except for a config with literal launch
+///   bounds (`min_ctas` not 0), which records no tile;
 /// - host: `unsafe fn __megaops_cpu_name__cfg<i>(<same>)` with the kernel's visibility,
 ///   the same body for the CPU backend (one generator emits both), which also feeds the
 ///   CPU backend's out-of-tile read check (`VgpuConfig::check_reads`): it calls
@@ -171,7 +173,10 @@ use proc_macro2::TokenStream;
 /// each synchronised parameter's kernel tile (per dimension `tile_region(coord, SIZE,
 /// DIM)`, or `(0, DIM)` for `_`), computed once so that the user's own bindings cannot
 /// change what is waited for; then the user's statements inside a closure, so that a
-/// `return` ends the tile and every thread still reaches the signal barrier. **Before the
+/// `return` ends the tile and every thread still reaches the signal barrier. The
+/// statements are not wrapped in `unsafe`: each unsafe operation needs its own block, as
+/// in any `unsafe fn` (the generated functions deny `unsafe_op_in_unsafe_fn`); only the
+/// injected calls carry their own `unsafe` blocks. **Before the
 /// first top-level statement that mentions an input** the macro inserts
 /// `if !wait_input(..) { failed = true; return; }` (inputs first mentioned by the same
 /// statement wait in annotation order). After the closure, `signal_output` for each
@@ -206,7 +211,8 @@ use proc_macro2::TokenStream;
 ///
 /// Every mistake is reported at the tokens that cause it, all at once; the function is
 /// still emitted (helper attributes removed, axes and the first config's constants bound)
-/// so that follow-up errors stay out of the way. `tests/ui` in the `megaops` package has
+/// and so is a stub of its launcher module (`CONFIGS`, `launch`, `launch_with` taking any
+/// arguments), so that follow-up errors at the call sites stay out of the way. `tests/ui` in the `megaops` package has
 /// one case per message.
 #[proc_macro_attribute]
 pub fn kernel(attr: proc_macro::TokenStream, item: proc_macro::TokenStream) -> proc_macro::TokenStream {

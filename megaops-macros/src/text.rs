@@ -1,16 +1,13 @@
-//! Token streams as text a person reads: in error messages, generated docs, config names
-//! and the `debug` dump. `TokenStream::to_string` puts spaces everywhere
-//! (`m . div_ceil (BM)`); this writes `m.div_ceil(BM)`.
+//! Token streams as text a person reads: in error messages, generated docs and config
+//! names on one line (`TokenStream::to_string` puts spaces everywhere, `m . div_ceil (BM)`;
+//! this writes `m.div_ceil(BM)`), and the `debug` dump formatted by `prettyplease`.
 
 use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
 use quote::ToTokens;
 
 /// `tokens` on one line, spaced as people write Rust.
 pub fn tokens_text(tokens: TokenStream) -> String {
-    let mut p = Printer {
-        pretty: false,
-        ..Printer::default()
-    };
+    let mut p = Printer::default();
     p.stream(tokens);
     p.out
 }
@@ -21,14 +18,13 @@ pub fn list_text<T: ToTokens>(items: &[T]) -> String {
     format!("[{}]", parts.join(", "))
 }
 
-/// `tokens` over several lines: a line per statement, indented blocks (the `debug` dump).
+/// The `debug` dump of an expansion: formatted as `rustfmt` would (`prettyplease`), or
+/// on one line if it does not parse as items.
 pub fn pretty(tokens: TokenStream) -> String {
-    let mut p = Printer {
-        pretty: true,
-        ..Printer::default()
-    };
-    p.stream(tokens);
-    p.out
+    match syn::parse2::<syn::File>(tokens.clone()) {
+        Ok(file) => prettyplease::unparse(&file),
+        Err(_) => tokens_text(tokens),
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -50,23 +46,16 @@ const KEYWORDS: &[&str] = &[
 #[derive(Default)]
 struct Printer {
     out: String,
-    pretty: bool,
-    depth: usize,
     /// The two previous tokens (most recent last).
     prev: Option<Kind>,
     prev2: Option<Kind>,
     /// Open generic argument lists (`<` taken as a bracket).
     generics: usize,
-    /// A line break is due before the next token.
-    newline: bool,
-    /// The innermost group is a `{ }` block (where `;` ends a line).
-    in_block: bool,
 }
 
 impl Printer {
     fn stream(&mut self, tokens: TokenStream) {
-        let mut iter = tokens.into_iter().peekable();
-        while let Some(tt) = iter.next() {
+        for tt in tokens {
             match tt {
                 TokenTree::Group(g) => {
                     let (open, close) = match g.delimiter() {
@@ -79,35 +68,18 @@ impl Printer {
                         }
                     };
                     let brace = open == '{';
-                    let attr = open == '[' && matches!(self.prev, Some(Kind::Punct('#', _)));
                     let empty = g.stream().is_empty();
                     let outer_generics = std::mem::take(&mut self.generics);
-                    let outer_block = std::mem::replace(&mut self.in_block, brace);
                     self.token(&open.to_string(), Kind::Open(open));
-                    if brace && self.pretty {
-                        self.depth += 1;
-                        self.newline = !empty;
-                    } else if brace && !empty {
+                    if brace && !empty {
                         self.out.push(' ');
                     }
                     self.stream(g.stream());
-                    if brace && self.pretty {
-                        self.depth = self.depth.saturating_sub(1);
-                        self.newline = !empty;
-                    } else if brace && !empty {
+                    if brace && !empty {
                         self.out.push(' ');
                     }
                     self.token(&close.to_string(), Kind::Close(close));
                     self.generics = outer_generics;
-                    self.in_block = outer_block;
-                    if self.pretty && (brace || attr) {
-                        // Keep `} else`, `};`, `},` and `})` on the closing line.
-                        let glued = matches!(iter.peek(), Some(TokenTree::Punct(p)) if matches!(p.as_char(), ';' | ',' | '.' | '?' | ')'))
-                            || matches!(iter.peek(), Some(TokenTree::Ident(i)) if i == "else");
-                        if !glued {
-                            self.newline = true;
-                        }
-                    }
                 }
                 TokenTree::Ident(i) => {
                     let text = i.to_string();
@@ -137,9 +109,6 @@ impl Printer {
                         continue;
                     }
                     self.token(&c.to_string(), kind);
-                    if self.pretty && c == ';' && self.in_block {
-                        self.newline = true;
-                    }
                 }
             }
         }
@@ -164,13 +133,7 @@ impl Printer {
     }
 
     fn token(&mut self, text: &str, kind: Kind) {
-        if self.newline && self.pretty {
-            if !self.out.is_empty() {
-                self.out.push('\n');
-            }
-            self.out.push_str(&"    ".repeat(self.depth));
-            self.newline = false;
-        } else if self.space_before(kind) {
+        if self.space_before(kind) {
             self.out.push(' ');
         }
         self.out.push_str(text);
@@ -268,7 +231,7 @@ mod tests {
     }
 
     #[test]
-    fn pretty_breaks_statements() {
+    fn the_dump_is_formatted_like_rustfmt() {
         let s = pretty(quote!(
             fn f() {
                 let a = 1;
@@ -281,7 +244,8 @@ mod tests {
         ));
         assert_eq!(
             s,
-            "fn f() {\n    let a = 1;\n    if a > 0 {\n        g(a);\n    } else {\n        h();\n    }\n}"
+            "fn f() {\n    let a = 1;\n    if a > 0 {\n        g(a);\n    } else {\n        h();\n    }\n}\n"
         );
+        assert_eq!(pretty(quote!(a + 1)), "a + 1", "not items: one line");
     }
 }

@@ -14,7 +14,7 @@
 //! let region_a = [...]; let region_c = [...];    // element regions of the kernel tile
 //! let start = trace_now(&ctx);                   // traced entry; 0 unless the launch is traced
 //! let mut failed = false;
-//! let mut body = || unsafe { <statements, each input's wait before its first reader> };
+//! let mut body = || { <statements, each input's wait before its first reader> };
 //! body();                                       // traced: trace_waited after each wait
 //! let end = trace_end(&ctx);                     // traced: a barrier and the clock
 //! signal_output(&sync_c, &region_c, &ProducerTile { .. }, failed);
@@ -48,6 +48,7 @@ pub fn entries(plan: &Plan) -> TokenStream {
                 #[cfg(target_arch = "nvptx64")]
                 #[unsafe(no_mangle)]
                 #[allow(non_snake_case, clippy::too_many_arguments)]
+                #[deny(unsafe_op_in_unsafe_fn)]
                 #(#attrs)*
                 pub unsafe extern "ptx-kernel" fn #entry(#params) {
                     #body
@@ -66,6 +67,7 @@ pub fn entries(plan: &Plan) -> TokenStream {
             #[cfg(not(target_arch = "nvptx64"))]
             #[doc(hidden)]
             #[allow(non_snake_case, clippy::too_many_arguments)]
+            #[deny(unsafe_op_in_unsafe_fn)]
             #(#attrs)*
             #vis unsafe fn #cpu(#params) {
                 #cpu_body
@@ -214,9 +216,10 @@ fn tile_body(plan: &Plan, host: bool, traced: bool) -> TokenStream {
         #[allow(unused_mut, unused_variables, unused_assignments)]
         let mut #failed = false;
         // A closure, so that a `return` in the body ends the tile, not the CTA: every
-        // thread still reaches the signal barrier below.
-        #[allow(unused_unsafe, unused_mut, clippy::redundant_closure_call)]
-        let mut #run = || unsafe {
+        // thread still reaches the signal barrier below. The statements keep the
+        // author's `unsafe` blocks: the entry denies `unsafe_op_in_unsafe_fn`.
+        #[allow(unused_mut, clippy::redundant_closure_call)]
+        let mut #run = || {
             #stmts
         };
         #run();

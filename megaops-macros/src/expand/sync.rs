@@ -66,7 +66,9 @@ pub fn wait(s: &SyncPlan, traced: bool) -> TokenStream {
         }
     });
     quote! {
-        if !#wait_input(&#ctx, #tile, &#sync, &#region) {
+        // SAFETY: the launcher built `sync` for this input's tensor and `region` is this
+        // kernel tile's element region of it.
+        if !unsafe { #wait_input(&#ctx, #tile, &#sync, &#region) } {
             #failed = true;
             return;
         }
