@@ -503,6 +503,8 @@ fn unreachable_backend<T>() -> Result<T> {
     Err(Error::Invalid("stream and device backends differ".into()))
 }
 
+impl crate::launch::sealed::Sealed for AsyncStream {}
+
 impl LaunchTarget for AsyncStream {
     fn device(&self) -> &Device {
         &self.device

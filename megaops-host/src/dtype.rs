@@ -40,35 +40,6 @@ float_dtype!(f32, "f32", |x: f32| x as f64, |v: f64| v as f32);
 float_dtype!(i32, "i32", |x: i32| x as f64, |v: f64| v.round() as i32);
 float_dtype!(u32, "u32", |x: u32| x as f64, |v: f64| v.round() as u32);
 
-/// A value that can be passed by value as a kernel parameter: its bytes on the host are
-/// its bytes on the device.
-///
-/// # Safety
-/// Implementors must be `#[repr(C)]` (or primitive) with the same size, alignment and
-/// layout on x86-64 and nvptx64, and contain no host pointers the kernel dereferences.
-pub unsafe trait DeviceValue: Copy + Send + Sync + 'static {}
-
-// SAFETY: primitives have identical layout on both targets (usize/isize are 64-bit on
-// nvptx64 as on x86-64).
-unsafe impl DeviceValue for u8 {}
-unsafe impl DeviceValue for i8 {}
-unsafe impl DeviceValue for u16 {}
-unsafe impl DeviceValue for i16 {}
-unsafe impl DeviceValue for u32 {}
-unsafe impl DeviceValue for i32 {}
-unsafe impl DeviceValue for u64 {}
-unsafe impl DeviceValue for i64 {}
-unsafe impl DeviceValue for usize {}
-unsafe impl DeviceValue for isize {}
-unsafe impl DeviceValue for f32 {}
-unsafe impl DeviceValue for f64 {}
-unsafe impl DeviceValue for bf16 {}
-unsafe impl DeviceValue for f16 {}
-// SAFETY: #[repr(C)] blocks shared with the device crate; their pointers are device
-// addresses.
-unsafe impl DeviceValue for megaops_device::sync::KernelCtx {}
-unsafe impl DeviceValue for megaops_device::sync::TileSync {}
-
 #[cfg(test)]
 mod tests {
     use super::*;

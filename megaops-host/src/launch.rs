@@ -8,18 +8,19 @@
 use crate::backend::cuda::lock;
 use crate::buffer::Buffer;
 use crate::device::Device;
-use crate::dtype::{DType, DeviceValue};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::module::PtxModule;
 use crate::notes::{LaunchNote, TensorNote};
 use crate::order;
 use crate::order::{SharedUses, TiledUse};
+use crate::param::{ParamBytes, param_bytes};
 use crate::stream::{RawLaunch, Stream};
 use crate::tensor::Tensor;
 use crate::tiled::{ProducerTiling, Tiled, TiledState};
 use crate::tiling::{DataTiling, Rank, TilesRank};
 use megaops_device::sync::tiling::{num_data_tiles, target_of};
-use megaops_device::sync::{CtaRemap, KernelCtx, MAX_RANK, MAX_TARGET, TileSync, TraceLog};
+use megaops_device::sync::{CtaRemap, KernelCtx, MAX_RANK, MAX_TARGET, RemapKind, TileSync, TraceLog};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -151,11 +152,18 @@ pub struct ConfigInfo {
 }
 
 /// Where launches go: a [`Stream`], or an `AsyncStream` that spreads them over several.
-pub trait LaunchTarget {
+/// Sealed: the protocol state a target keeps (ordering, hazards, captures) is this
+/// crate's to maintain.
+pub trait LaunchTarget: sealed::Sealed {
     /// The device.
     fn device(&self) -> &Device;
     /// Runs a fully checked launch.
     fn submit(&self, launch: PreparedLaunch) -> Result<u32>;
+}
+
+pub(crate) mod sealed {
+    /// Implemented by the crate's launch targets only.
+    pub trait Sealed {}
 }
 
 /// One dimension of a synchronised tensor as the kernel annotation states it: which
@@ -213,7 +221,7 @@ pub struct KernelLaunch<'a> {
     block: [u32; 3],
     smem: u32,
     persistent: bool,
-    args: Vec<Vec<u8>>,
+    args: Vec<ParamBytes>,
     syncs: Vec<TileSync>,
     buffers: Vec<Arc<Buffer>>,
     accesses: Vec<Access>,
@@ -241,7 +249,7 @@ pub struct PreparedLaunch {
     pub dynamic_smem: u32,
     /// The per-launch context; targets fill in the begin flag.
     pub ctx: KernelCtx,
-    pub(crate) args: Vec<Vec<u8>>,
+    pub(crate) args: Vec<ParamBytes>,
     pub(crate) syncs: Vec<TileSync>,
     pub(crate) cpu: Arc<dyn Fn(&KernelCtx) + Send + Sync>,
     pub(crate) buffers: Vec<Arc<Buffer>>,
@@ -262,10 +270,10 @@ pub struct PreparedLaunch {
 impl PreparedLaunch {
     /// Packs the kernel parameters: the kernel's own, then the context, then one
     /// `TileSync` per synchronised tensor.
-    pub(crate) fn params(&self) -> Vec<Vec<u8>> {
+    pub(crate) fn params(&self) -> Vec<ParamBytes> {
         let mut p = self.args.clone();
-        p.push(value_bytes(&self.ctx));
-        p.extend(self.syncs.iter().map(value_bytes));
+        p.push(param_bytes(&self.ctx));
+        p.extend(self.syncs.iter().map(param_bytes));
         p
     }
 
@@ -303,13 +311,6 @@ impl PreparedLaunch {
         };
         stream.launch_raw(&raw, self.buffers.clone())
     }
-}
-
-fn value_bytes<V: Copy>(v: &V) -> Vec<u8> {
-    // SAFETY: reading the bytes of a Copy value; DeviceValue types and the repr(C) sync
-    // blocks have no padding the device would misread (padding bytes are never read as
-    // values by the kernel).
-    unsafe { std::slice::from_raw_parts(v as *const V as *const u8, size_of::<V>()) }.to_vec()
 }
 
 impl<'a> KernelLaunch<'a> {
@@ -416,9 +417,11 @@ impl<'a> KernelLaunch<'a> {
         Ok(())
     }
 
-    /// Appends a by-value kernel parameter.
-    pub fn arg<V: DeviceValue>(&mut self, v: V) {
-        self.args.push(value_bytes(&v));
+    /// Appends a by-value kernel parameter: a primitive, `bf16`/`f16`, or a type that
+    /// implements cudarc's [`DeviceRepr`](cudarc::driver::DeviceRepr) (same layout on the
+    /// host and the device).
+    pub fn arg<V: cudarc::driver::DeviceRepr + Copy>(&mut self, v: V) {
+        self.args.push(param_bytes(&v));
     }
 
     fn check_device(&self, param: &str, dev: &Device) -> Result<()> {
@@ -504,7 +507,7 @@ impl<'a> KernelLaunch<'a> {
             write,
             synced: false,
         });
-        self.args.push(value_bytes(&x.addr()));
+        self.args.push(param_bytes(&x.addr()));
         Ok(x.addr())
     }
 
@@ -527,7 +530,7 @@ impl<'a> KernelLaunch<'a> {
             synced: b.sync.is_active(),
         });
         self.buffers.extend(b.buffers);
-        self.args.push(value_bytes(&b.addr));
+        self.args.push(param_bytes(&b.addr));
         self.syncs.push(b.sync);
         if let Some((id, note)) = b.note {
             self.tensors.push((id, note));
@@ -589,7 +592,7 @@ impl<'a> KernelLaunch<'a> {
             synced: b.tiled.is_some(),
         });
         self.buffers.extend(b.buffers);
-        self.args.push(value_bytes(&b.addr));
+        self.args.push(param_bytes(&b.addr));
         self.syncs.push(b.sync);
         if let Some(handle) = b.tiled {
             let producer = ProducerTiling {
@@ -642,7 +645,7 @@ impl<'a> KernelLaunch<'a> {
         let remap = match &self.opts.remap {
             Remap::Identity => CtaRemap::IDENTITY,
             Remap::Rotate(o) => CtaRemap {
-                kind: 1,
+                kind: RemapKind::Rotate,
                 offset: *o,
                 table: std::ptr::null(),
             },
@@ -654,7 +657,7 @@ impl<'a> KernelLaunch<'a> {
                     )));
                 }
                 CtaRemap {
-                    kind: 2,
+                    kind: RemapKind::Table,
                     offset: 0,
                     table: t.addr() as *const u32,
                 }
@@ -896,6 +899,8 @@ pub fn padded_smem(requested: u32, c: u32, smem_per_sm: u32, max_per_block: u32)
     Ok(padded)
 }
 
+impl sealed::Sealed for Stream {}
+
 impl LaunchTarget for Stream {
     fn device(&self) -> &Device {
         Stream::device(self)
@@ -1062,6 +1067,8 @@ mod tests {
         device: Device,
         entries: std::sync::Mutex<Vec<&'static str>>,
     }
+
+    impl sealed::Sealed for EntryRecorder {}
 
     impl LaunchTarget for EntryRecorder {
         fn device(&self) -> &Device {

@@ -23,7 +23,7 @@ static STATE: AtomicU8 = AtomicU8::new(0);
 /// Whether a profiler's NVTX injection library is attached (loaded and initialised once,
 /// from `NVTX_INJECTION64_PATH`) and records ranges.
 pub fn available() -> bool {
-    *TOOL.get_or_init(|| load_from_env().is_some_and(|init| attach(init)))
+    *TOOL.get_or_init(|| load_from_env().is_some_and(attach))
 }
 
 /// Turns the ranges on or off for the whole process; on only takes effect if

@@ -91,7 +91,7 @@ impl SmPartition {
                 return Err(e);
             }
             // The stream belongs to the green context, which this partition destroys last.
-            let stream = Stream::from_raw_cuda(device, c.ctx.wrap_borrowed_stream(raw), true)?;
+            let stream = Stream::from_raw_cuda(device, c.ctx.wrap_borrowed_stream(raw))?;
             Ok(SmPartition {
                 green,
                 stream,

@@ -2,6 +2,7 @@
 
 use crate::error::Result;
 use crate::module::PtxModule;
+use crate::param::param_bytes;
 use crate::stream::{Event, RawLaunch, Stream};
 use crate::tensor::Tensor;
 use megaops_device::sync::KernelCtx;
@@ -14,16 +15,11 @@ pub(crate) static RUNTIME_PTX: PtxModule = PtxModule {
     ptx: megaops_runtime_kernels::ptx::MODULES,
 };
 
-fn bytes<V: Copy>(v: &V) -> Vec<u8> {
-    // SAFETY: reading the bytes of a Copy value of a repr(C)/primitive type.
-    unsafe { std::slice::from_raw_parts(v as *const V as *const u8, size_of::<V>()) }.to_vec()
-}
-
 /// Enqueues AsyncStream's wait kernel on `stream`: it holds later work there until the
 /// begin flag at `flag` reaches `token` (the previous launch started a CTA).
 pub(crate) fn wait_begin(stream: &Stream, flag: &Tensor<i32>, token: i32, ctx: KernelCtx) -> Result<Arc<Event>> {
     let addr = flag.addr();
-    let params = [bytes(&addr), bytes(&token), bytes(&ctx)];
+    let params = [param_bytes(&addr), param_bytes(&token), param_bytes(&ctx)];
     let cpu: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
         // SAFETY: `addr` is the begin flag tensor, kept alive by the retention below.
         unsafe { megaops_runtime_kernels::wait_begin(addr as *const i32, token, ctx) }
@@ -52,7 +48,7 @@ pub(crate) fn fill_spans(stream: &Stream, spans: &[FillSpan], keep: &[Arc<crate:
             spans: [FillSpan::default(); MAX_FILL_SPANS],
         };
         table.spans[..chunk.len()].copy_from_slice(chunk);
-        let params = [bytes(&table)];
+        let params = [param_bytes(&table)];
         let cpu: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
             // SAFETY: every span lies in a buffer of `keep`, retained by the launch.
             unsafe { megaops_runtime_kernels::fill_spans(&table) }
@@ -80,7 +76,7 @@ pub(crate) fn fill_words(
     value: u32,
     keep: Arc<crate::buffer::Buffer>,
 ) -> Result<Arc<Event>> {
-    let params = [bytes(&addr), bytes(&n), bytes(&value)];
+    let params = [param_bytes(&addr), param_bytes(&n), param_bytes(&value)];
     let cpu: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
         // SAFETY: the buffer holding `n` words at `addr` is retained by the launch.
         unsafe { megaops_runtime_kernels::fill_u32(addr as *mut u32, n, value) }

@@ -55,7 +55,7 @@ pub(crate) struct RawLaunch<'a> {
     pub block: [u32; 3],
     pub dynamic_smem: u32,
     /// Each kernel parameter's bytes, in order.
-    pub params: &'a [Vec<u8>],
+    pub params: &'a [crate::param::ParamBytes],
     /// What every CPU-backend thread runs.
     pub cpu: Arc<dyn Fn() + Send + Sync>,
 }
@@ -76,7 +76,7 @@ impl Stream {
     }
 
     /// Wraps an existing CUDA stream (e.g. one on a green context).
-    pub(crate) fn from_raw_cuda(device: &Device, stream: Arc<CudaStream>, _borrowed: bool) -> Result<Stream> {
+    pub(crate) fn from_raw_cuda(device: &Device, stream: Arc<CudaStream>) -> Result<Stream> {
         Ok(Stream {
             device: device.clone(),
             raw: RawStream::Cuda(stream),

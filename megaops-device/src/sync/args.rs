@@ -21,22 +21,34 @@ pub const MAX_RANK: usize = 4;
 /// Number of error records the device error log keeps.
 pub const MAX_ERRORS: usize = 8;
 
+/// Which mapping a [`CtaRemap`] applies (a `u32` in the kernel parameter).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemapKind {
+    /// Tile `t` runs as tile `t`.
+    Identity = 0,
+    /// Tile `t` runs as `(t + offset) mod num_tiles`.
+    Rotate = 1,
+    /// Tile `t` runs as `table[t]`.
+    Table = 2,
+}
+
 /// How a launch maps CTAs (linear tile indices) to kernel tiles (paper §3.1).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CtaRemap {
-    /// 0: identity; 1: rotate by `offset`; 2: table lookup.
-    pub kind: u32,
-    /// Rotation offset in linear tiles (kind 1).
+    /// The mapping.
+    pub kind: RemapKind,
+    /// Rotation offset in linear tiles ([`RemapKind::Rotate`]).
     pub offset: u32,
-    /// Permutation of `0..num_tiles` in device memory (kind 2).
+    /// Permutation of `0..num_tiles` in device memory ([`RemapKind::Table`]).
     pub table: *const u32,
 }
 
 impl CtaRemap {
     /// Tile `t` runs as tile `t`.
     pub const IDENTITY: CtaRemap = CtaRemap {
-        kind: 0,
+        kind: RemapKind::Identity,
         offset: 0,
         table: core::ptr::null(),
     };

@@ -2,7 +2,7 @@
 //! [`kernel_begin_cta`], [`remap_tile`] / [`tile_coords`], [`wait_input`] and
 //! [`signal_output`].
 //!
-//! Memory ordering (DESIGN.md "Memory ordering"):
+//! Memory ordering:
 //! - *signal*: all threads of the CTA finish their stores of the tile and meet at a
 //!   barrier (`bar.red.or`, which also tells everyone whether a wait failed); then the
 //!   first warp issues `fence.acq_rel.gpu` and its lanes share out one
@@ -65,15 +65,15 @@ pub unsafe fn kernel_begin_cta(ctx: &KernelCtx) {
 #[inline(always)]
 pub unsafe fn remap_tile(ctx: &KernelCtx, t: u32) -> u32 {
     match ctx.remap.kind {
-        1 => {
+        RemapKind::Rotate => {
             // offset < num_tiles (the host reduces it), so one conditional subtraction.
             let n = ctx.num_tiles.max(1);
             let r = t + ctx.remap.offset % n;
             if r >= n { r - n } else { r }
         }
         // SAFETY: caller's contract; t < num_tiles for every CTA the launch runs.
-        2 => unsafe { *ctx.remap.table.add(t as usize) },
-        _ => t,
+        RemapKind::Table => unsafe { *ctx.remap.table.add(t as usize) },
+        RemapKind::Identity => t,
     }
 }
 
