@@ -1,3 +1,4 @@
+//! Compiles the kernels of this crate to PTX (see `megaops_build`).
 fn main() {
     // sm_90a adds the Hopper-only `wgmma` GEMM path; the host loads it on compute
     // capability 9.0 exactly and the portable sm_90 module elsewhere.

@@ -27,7 +27,6 @@
 // `static_shared!` expands to inline PTX in the caller's crate; this lets that crate
 // use it without enabling `asm_experimental_arch` itself (std's macros do the same).
 #![cfg_attr(target_arch = "nvptx64", feature(allow_internal_unstable), allow(internal_features))]
-#![warn(missing_docs)]
 
 pub mod atomic;
 pub mod convert;

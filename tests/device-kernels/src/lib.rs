@@ -23,7 +23,6 @@
 //!
 //! [`ptx::MODULES`] holds the PTX, one module per GPU architecture.
 #![cfg_attr(target_arch = "nvptx64", no_std, feature(abi_ptx))]
-#![warn(missing_docs)]
 
 /// Adds the PTX entry point `name` (an `extern "ptx-kernel"` function with an unmangled
 /// symbol) that calls the body `self::name` with the same parameters.
@@ -56,7 +55,6 @@ pub mod warp_ops;
 pub mod ptx {
     //! The PTX of this crate: `(architecture, PTX text)` per architecture built
     //! (`sm_90` by default; `MEGAOPS_ARCHS=sm_80,sm_89,sm_90` for more).
-    #![allow(missing_docs)] // `MODULES` comes from megaops-build's generated file.
     include!(concat!(env!("OUT_DIR"), "/megaops_ptx.rs"));
 
     /// The entry points every module defines (the kernels of this crate).
