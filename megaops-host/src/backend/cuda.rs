@@ -27,6 +27,8 @@ pub(crate) struct CudaDevice {
 /// A loaded module. Every function in it is loaded at module-load time (`cuFuncLoad`):
 /// with CUDA's lazy loading, the first launch of a kernel may otherwise wait for running
 /// kernels — fatal when a producer's first launch waits behind its spinning consumer.
+/// That is why modules are loaded here with the driver calls and not with cudarc's
+/// `load_module` / `load_function`, which load functions lazily and cannot enumerate them.
 struct LoadedModule {
     module: sys::CUmodule,
     arch: &'static str,
