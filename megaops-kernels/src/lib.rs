@@ -2,6 +2,8 @@
 //! `#[megaops::kernel]` with an exposed kernel tiling and tile configs, usable alone and
 //! composable through data tiles.
 #![cfg_attr(target_arch = "nvptx64", no_std, feature(abi_ptx))]
+// `#[inline(always)]` on the closures the GEMM epilogue passes down.
+#![feature(stmt_expr_attributes)]
 
 megaops::kernel_crate!();
 

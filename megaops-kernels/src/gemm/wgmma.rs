@@ -441,7 +441,10 @@ impl<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, con
         };
         let row = 16 * (self.tid / 32);
         // Staged in blocks of 16 × 128 columns (`stage_acc` unrolls at most 16 n8 tiles).
-        let stage = || {
+        // Inlined by force: with a plain and a traced entry per config the closure has two
+        // callers, and left out of line it would take the accumulators through local memory.
+        let stage = #[inline(always)]
+        || {
             if self.tid >= Self::CONSUMERS as u32 {
                 return; // the producer warpgroup holds no accumulators
             }
