@@ -645,7 +645,7 @@ impl<'a> KernelLaunch<'a> {
         let remap = match &self.opts.remap {
             Remap::Identity => CtaRemap::IDENTITY,
             Remap::Rotate(o) => CtaRemap {
-                kind: RemapKind::Rotate,
+                kind: RemapKind::Rotate as u32,
                 offset: *o,
                 table: std::ptr::null(),
             },
@@ -657,7 +657,7 @@ impl<'a> KernelLaunch<'a> {
                     )));
                 }
                 CtaRemap {
-                    kind: RemapKind::Table,
+                    kind: RemapKind::Table as u32,
                     offset: 0,
                     table: t.addr() as *const u32,
                 }

@@ -21,7 +21,9 @@ pub const MAX_RANK: usize = 4;
 /// Number of error records the device error log keeps.
 pub const MAX_ERRORS: usize = 8;
 
-/// Which mapping a [`CtaRemap`] applies (a `u32` in the kernel parameter).
+/// Which mapping a [`CtaRemap`] applies (stored as its `u32` value in `CtaRemap::kind`:
+/// an enum field would let LLVM assume its range, which changed the control flow of the
+/// warp-specialised GEMM enough for `ptxas` to serialise its `wgmma`s).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RemapKind {
@@ -37,8 +39,8 @@ pub enum RemapKind {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CtaRemap {
-    /// The mapping.
-    pub kind: RemapKind,
+    /// The mapping: a [`RemapKind`] as `u32`.
+    pub kind: u32,
     /// Rotation offset in linear tiles ([`RemapKind::Rotate`]).
     pub offset: u32,
     /// Permutation of `0..num_tiles` in device memory ([`RemapKind::Table`]).
@@ -48,7 +50,7 @@ pub struct CtaRemap {
 impl CtaRemap {
     /// Tile `t` runs as tile `t`.
     pub const IDENTITY: CtaRemap = CtaRemap {
-        kind: RemapKind::Identity,
+        kind: RemapKind::Identity as u32,
         offset: 0,
         table: core::ptr::null(),
     };

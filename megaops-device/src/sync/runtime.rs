@@ -64,16 +64,18 @@ pub unsafe fn kernel_begin_cta(ctx: &KernelCtx) {
 /// For a table remap, `ctx.remap.table` holds `ctx.num_tiles` readable entries.
 #[inline(always)]
 pub unsafe fn remap_tile(ctx: &KernelCtx, t: u32) -> u32 {
+    const ROTATE: u32 = RemapKind::Rotate as u32;
+    const TABLE: u32 = RemapKind::Table as u32;
     match ctx.remap.kind {
-        RemapKind::Rotate => {
+        ROTATE => {
             // offset < num_tiles (the host reduces it), so one conditional subtraction.
             let n = ctx.num_tiles.max(1);
             let r = t + ctx.remap.offset % n;
             if r >= n { r - n } else { r }
         }
         // SAFETY: caller's contract; t < num_tiles for every CTA the launch runs.
-        RemapKind::Table => unsafe { *ctx.remap.table.add(t as usize) },
-        RemapKind::Identity => t,
+        TABLE => unsafe { *ctx.remap.table.add(t as usize) },
+        _ => t,
     }
 }
 
