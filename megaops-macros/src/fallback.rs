@@ -1,21 +1,18 @@
 //! What the macro emits when the kernel has errors: every error as a `compile_error!`,
-//! the user's function with the helper attributes removed, and a stub of the launcher
-//! module (`CONFIGS`, `launch`, `launch_with`, each `launch` taking any argument in each
-//! parameter's place), so that the rest of the crate (and the IDE) still sees both and
-//! one mistake gives one error, not follow-ups at every call site. The body keeps
-//! compiling on its own: the axis names are bound to `0u32` and the first config's
-//! constants are defined, as in a real expansion.
+//! and the user's function with the helper attributes removed, so that the rest of the
+//! crate (and the IDE) still sees it and one mistake does not bury the user under
+//! follow-up errors. The body keeps compiling on its own: the axis names are bound to
+//! `0u32` and the first config's constants are defined, as in a real expansion.
 
 use crate::ast::Kernel;
-use crate::{attr, paths};
-use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
-use quote::{ToTokens, format_ident, quote};
+use crate::attr;
+use proc_macro2::{Delimiter, Group, TokenStream, TokenTree};
+use quote::{ToTokens, quote};
 use syn::{Ident, ItemFn};
 
-/// The errors followed by the stripped function and the launcher stub.
+/// The errors followed by the stripped function.
 pub fn emit(errors: Vec<syn::Error>, kernel: Option<&Kernel>, item: Option<ItemFn>) -> TokenStream {
     let errors = errors.into_iter().map(|e| e.to_compile_error());
-    let stub = item.as_ref().map(launcher_stub);
     let item = item.map(|mut f| {
         f.attrs.retain(|a| !attr::is_config(a));
         if let Ok(block) = syn::parse2(strip_prefetch(f.block.to_token_stream())) {
@@ -48,50 +45,7 @@ pub fn emit(errors: Vec<syn::Error>, kernel: Option<&Kernel>, item: Option<ItemF
         }
         quote!(#[allow(dead_code, unused)] #f)
     });
-    quote!(#(#errors)* #item #stub)
-}
-
-/// `mod name` as the real expansion names it, with an empty `CONFIGS` and `launch` /
-/// `launch_with` generic over one argument per parameter of `f` (never called: the crate
-/// does not compile).
-fn launcher_stub(f: &ItemFn) -> TokenStream {
-    let (name, vis) = (&f.sig.ident, &f.vis);
-    let cfgs = f.attrs.iter().filter(|a| a.path().is_ident("cfg"));
-    let (launch_target, launch_options, config_info, result) = (
-        paths::launch_target(),
-        paths::launch_options(),
-        paths::config_info(),
-        paths::result(),
-    );
-    let n = f.sig.inputs.len();
-    let types: Vec<Ident> = (0..n).map(|i| format_ident!("__MegaopsArg{}", i)).collect();
-    let args: Vec<Ident> = (0..n)
-        .map(|i| Ident::new(&format!("__megaops_arg{i}"), Span::mixed_site()))
-        .collect();
-    let (on, opts) = (
-        Ident::new("__megaops_on", Span::mixed_site()),
-        Ident::new("__megaops_opts", Span::mixed_site()),
-    );
-    quote! {
-        #[cfg(not(target_arch = "nvptx64"))]
-        #(#cfgs)*
-        #[allow(dead_code, unused, non_camel_case_types, clippy::all)]
-        #vis mod #name {
-            pub const CONFIGS: &[#config_info] = &[];
-
-            pub fn launch<#(#types),*>(#on: &impl #launch_target, #(#args: #types),*) -> #result<()> {
-                ::core::unreachable!("`#[megaops::kernel]` reported errors for this kernel")
-            }
-
-            pub fn launch_with<#(#types),*>(
-                #on: &impl #launch_target,
-                #opts: &#launch_options,
-                #(#args: #types),*
-            ) -> #result<()> {
-                ::core::unreachable!("`#[megaops::kernel]` reported errors for this kernel")
-            }
-        }
-    }
+    quote!(#(#errors)* #item)
 }
 
 /// Every name the annotation uses as an axis (declared, selecting a tile or splitting).

@@ -14,8 +14,7 @@
 //! - `expand/`: `device` (one body generator for the PTX entry and the CPU-backend
 //!   function), `sync` (regions, waits, signals), `launcher` (the host module); it never
 //!   discovers user errors;
-//! - `fallback`: on error, the errors plus the user's function without helper attributes
-//!   and a stub of its launcher module;
+//! - `fallback`: on error, the errors plus the user's function without helper attributes;
 //! - `paths`: every generated path, all through `::megaops::__private`;
 //! - `site`: whether the function sits in an `impl` or `trait` block (its source file
 //!   tells), where a kernel cannot go;
@@ -211,8 +210,7 @@ use proc_macro2::TokenStream;
 ///
 /// Every mistake is reported at the tokens that cause it, all at once; the function is
 /// still emitted (helper attributes removed, axes and the first config's constants bound)
-/// and so is a stub of its launcher module (`CONFIGS`, `launch`, `launch_with` taking any
-/// arguments), so that follow-up errors at the call sites stay out of the way. `tests/ui` in the `megaops` package has
+/// so that follow-up errors stay out of the way. `tests/ui` in the `megaops` package has
 /// one case per message.
 #[proc_macro_attribute]
 pub fn kernel(attr: proc_macro::TokenStream, item: proc_macro::TokenStream) -> proc_macro::TokenStream {
