@@ -109,7 +109,7 @@ pub(crate) unsafe fn store_c_with<const BM: usize, const BN: usize>(
     dst: &CTile,
     threads: usize,
     c: *mut bf16,
-    stage: impl FnOnce(),
+    stage: impl Fn(),
 ) {
     const {
         assert!(
