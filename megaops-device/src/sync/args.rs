@@ -21,9 +21,8 @@ pub const MAX_RANK: usize = 4;
 /// Number of error records the device error log keeps.
 pub const MAX_ERRORS: usize = 8;
 
-/// Which mapping a [`CtaRemap`] applies (stored as its `u32` value in `CtaRemap::kind`:
-/// an enum field would let LLVM assume its range, which changed the control flow of the
-/// warp-specialised GEMM enough for `ptxas` to serialise its `wgmma`s).
+/// Which mapping a [`CtaRemap`] applies, stored as its `u32` value in `CtaRemap::kind`
+/// (the kernel parameter keeps the plain integer the device code matches on).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RemapKind {
