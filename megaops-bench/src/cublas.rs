@@ -42,7 +42,7 @@ impl Cublas {
     ) -> Result<()> {
         use cublas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
         let (&[m, k], &[b0, b1], &[cm, cn]) = (a.shape(), b.shape(), c.shape()) else {
-            return Err(Error::Shape(format!(
+            return Err(Error::shape(format!(
                 "cuBLAS gemm needs 2-D tensors: a {:?}, b {:?}, c {:?}",
                 a.shape(),
                 b.shape(),
@@ -51,7 +51,7 @@ impl Cublas {
         };
         let (bk, n) = if nn { (b0, b1) } else { (b1, b0) };
         if bk != k || cm != m || cn != n {
-            return Err(Error::Shape(format!(
+            return Err(Error::shape(format!(
                 "cuBLAS gemm{}: a {:?}, b {:?}, c {:?}",
                 if nn { " (NN)" } else { "" },
                 a.shape(),

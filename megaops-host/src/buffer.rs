@@ -1,33 +1,27 @@
 //! Device memory allocations, shared by tensors and kept alive by in-flight work.
 
-use crate::backend::cpu::CpuDevice;
-use crate::device::{Device, DeviceBackend};
+use crate::backend::DeviceBackend;
 use crate::error::Result;
+use std::sync::Arc;
 
 /// One allocation of device memory (GPU memory, or host memory on the CPU backend).
 /// Tensors hold it through an `Arc`; launches hold extra references until the work that
-/// uses it is known to have finished, so dropping a tensor never frees memory a queued
-/// kernel still reads.
+/// uses it is known to have finished (see `delayed_release`), so dropping a tensor never
+/// frees memory a queued kernel still reads.
 pub struct Buffer {
-    device: Device,
+    backend: Arc<dyn DeviceBackend>,
     addr: u64,
     bytes: usize,
     capacity: usize,
 }
 
 impl Buffer {
-    /// Allocates `bytes` bytes on `device`. GPU memory is uninitialised; CPU-backend
+    /// Allocates `bytes` bytes from `backend`. GPU memory is uninitialised; CPU-backend
     /// memory is zeroed.
-    pub fn new(device: &Device, bytes: usize) -> Result<Buffer> {
-        let (addr, capacity) = match device.backend() {
-            DeviceBackend::Cuda(c) => c.alloc(bytes)?,
-            DeviceBackend::Cpu(_) => {
-                let (p, cap) = CpuDevice::alloc(bytes)?;
-                (p as u64, cap)
-            }
-        };
+    pub(crate) fn new(backend: &Arc<dyn DeviceBackend>, bytes: usize) -> Result<Buffer> {
+        let (addr, capacity) = backend.alloc(bytes)?;
         Ok(Buffer {
-            device: device.clone(),
+            backend: backend.clone(),
             addr,
             bytes,
             capacity,
@@ -49,9 +43,9 @@ impl Buffer {
         self.bytes == 0
     }
 
-    /// The device it lives on.
-    pub fn device(&self) -> &Device {
-        &self.device
+    /// Whether the memory belongs to `backend`.
+    pub(crate) fn is_of(&self, backend: &Arc<dyn DeviceBackend>) -> bool {
+        Arc::ptr_eq(&self.backend, backend)
     }
 }
 
@@ -63,11 +57,8 @@ impl std::fmt::Debug for Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        match self.device.backend() {
-            DeviceBackend::Cuda(c) => c.release(self.addr, self.capacity),
-            // SAFETY: allocated by CpuDevice::alloc with this capacity; the last
-            // reference is gone, and launches hold references while they may run.
-            DeviceBackend::Cpu(_) => unsafe { CpuDevice::free(self.addr as *mut u8, self.capacity) },
-        }
+        // SAFETY: allocated by this backend with this capacity; the last reference is
+        // gone, and launches hold references while they may run (delayed release).
+        unsafe { self.backend.release(self.addr, self.capacity) }
     }
 }

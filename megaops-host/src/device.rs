@@ -1,13 +1,13 @@
 //! [`Device`]: a CUDA GPU or the CPU backend, behind one API.
 
-use crate::backend::BackendKind;
 use crate::backend::cpu::CpuDevice;
-use crate::backend::cuda::{CudaDevice, lock};
+use crate::backend::cuda::CudaDevice;
+use crate::backend::{BackendKind, DeviceBackend, DeviceLimits, Failure};
 use crate::buffer::Buffer;
 use crate::dump::{LiveTiled, SemaphoreDump};
-use crate::error::{CudaContext as _, Error, Result, SyncFailure};
+use crate::error::{Error, Result, SyncFailure};
+use crate::mutex::lock;
 use crate::notes::LaunchNotes;
-use crate::tensor::Tensor;
 use megaops_device::cpu::{CpuError, SemaphoreWait, VgpuConfig};
 use megaops_device::sync::ErrorLog;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -21,13 +21,9 @@ pub struct Device {
     inner: Arc<DeviceInner>,
 }
 
-pub(crate) enum DeviceBackend {
-    Cuda(CudaDevice),
-    Cpu(CpuDevice),
-}
-
 struct DeviceInner {
-    backend: DeviceBackend,
+    backend: Arc<dyn DeviceBackend>,
+    limits: DeviceLimits,
     /// Device error log that timed-out waits write to.
     error_log: Mutex<Option<Arc<Buffer>>>,
     next_launch: AtomicU32,
@@ -47,9 +43,11 @@ struct DeviceInner {
 pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Device {
-    fn from_backend(backend: DeviceBackend) -> Result<Device> {
+    fn from_backend(backend: Arc<dyn DeviceBackend>) -> Result<Device> {
+        let log = Arc::new(Buffer::new(&backend, std::mem::size_of::<ErrorLog>())?);
         let dev = Device {
             inner: Arc::new(DeviceInner {
+                limits: backend.limits(),
                 backend,
                 error_log: Mutex::new(None),
                 next_launch: AtomicU32::new(1),
@@ -61,7 +59,6 @@ impl Device {
                 tiled: Mutex::new(Vec::new()),
             }),
         };
-        let log = Arc::new(Buffer::new(&dev, std::mem::size_of::<ErrorLog>())?);
         dev.memset_zero(&log)?;
         *lock(&dev.inner.error_log) = Some(log);
         Ok(dev)
@@ -69,12 +66,12 @@ impl Device {
 
     /// CUDA device `ordinal`.
     pub fn cuda(ordinal: usize) -> Result<Device> {
-        Device::from_backend(DeviceBackend::Cuda(CudaDevice::open(ordinal)?))
+        Device::from_backend(Arc::new(CudaDevice::open(ordinal)?))
     }
 
     /// The CPU backend with the given virtual-GPU configuration.
     pub fn cpu(config: VgpuConfig) -> Result<Device> {
-        Device::from_backend(DeviceBackend::Cpu(CpuDevice::new(config)?))
+        Device::from_backend(Arc::new(CpuDevice::new(config)?))
     }
 
     /// GPU 0 if there is one, otherwise the CPU backend; when it falls back, it says why
@@ -101,23 +98,18 @@ impl Device {
         }
     }
 
-    pub(crate) fn backend(&self) -> &DeviceBackend {
+    pub(crate) fn backend(&self) -> &Arc<dyn DeviceBackend> {
         &self.inner.backend
     }
 
-    pub(crate) fn cuda_device(&self) -> Option<&CudaDevice> {
-        match self.backend() {
-            DeviceBackend::Cuda(c) => Some(c),
-            DeviceBackend::Cpu(_) => None,
-        }
+    /// Allocates `bytes` bytes of device memory (zeroed on the CPU backend only).
+    pub(crate) fn alloc(&self, bytes: usize) -> Result<Buffer> {
+        Buffer::new(&self.inner.backend, bytes)
     }
 
     /// Which backend this is.
     pub fn kind(&self) -> BackendKind {
-        match self.backend() {
-            DeviceBackend::Cuda(_) => BackendKind::Cuda,
-            DeviceBackend::Cpu(_) => BackendKind::Cpu,
-        }
+        self.inner.backend.kind()
     }
 
     /// True on a real GPU.
@@ -127,39 +119,27 @@ impl Device {
 
     /// Device name (`"NVIDIA H200"`, or `"CPU backend (8 virtual SMs)"`).
     pub fn name(&self) -> String {
-        match self.backend() {
-            DeviceBackend::Cuda(c) => c.name.clone(),
-            DeviceBackend::Cpu(c) => format!("CPU backend ({} virtual SMs)", c.vgpu.config().sms),
-        }
+        self.inner.backend.name()
     }
 
     /// Number of (virtual) streaming multiprocessors.
     pub fn sm_count(&self) -> u32 {
-        match self.backend() {
-            DeviceBackend::Cuda(c) => c.sm_count,
-            DeviceBackend::Cpu(c) => c.vgpu.config().sms,
-        }
+        self.inner.limits.sm_count
     }
 
     /// Shared memory per SM in bytes.
     pub fn smem_per_sm(&self) -> u32 {
-        match self.backend() {
-            DeviceBackend::Cuda(c) => c.smem_per_sm,
-            DeviceBackend::Cpu(c) => c.vgpu.config().smem_per_sm as u32,
-        }
+        self.inner.limits.smem_per_sm
     }
 
     /// Largest dynamic shared memory one block may opt in to.
     pub fn max_smem_per_block(&self) -> u32 {
-        match self.backend() {
-            DeviceBackend::Cuda(c) => c.smem_per_block_optin,
-            DeviceBackend::Cpu(c) => c.vgpu.config().max_smem_per_cta as u32,
-        }
+        self.inner.limits.max_smem_per_block
     }
 
     /// L2 cache size in bytes (0 on the CPU backend).
     pub fn l2_bytes(&self) -> u32 {
-        self.cuda_device().map_or(0, |c| c.l2_bytes)
+        self.inner.limits.l2_bytes
     }
 
     /// How long a device-side tile wait spins before it reports a timeout.
@@ -197,15 +177,12 @@ impl Device {
     /// Loads a kernel crate's PTX module (every function in it) now. Launches load
     /// modules on first use; preloading keeps that out of overlapped and timed runs.
     pub fn preload(&self, module: &'static crate::PtxModule) -> Result<()> {
-        match self.backend() {
-            DeviceBackend::Cuda(c) => c.preload(module),
-            DeviceBackend::Cpu(_) => Ok(()),
-        }
+        self.inner.backend.preload(module)
     }
 
     /// Bytes of device memory the allocator holds (in use or cached; 0 on the CPU backend).
     pub fn reserved_bytes(&self) -> usize {
-        self.cuda_device().map_or(0, |c| c.reserved_bytes())
+        self.inner.backend.reserved_bytes()
     }
 
     /// Same device (same handle).
@@ -216,24 +193,16 @@ impl Device {
     /// Waits for all queued work on every stream, then reports tile waits that timed out
     /// (GPU) or a deadlock (CPU backend) as [`Error::Sync`].
     pub fn synchronize(&self) -> Result<()> {
-        match self.backend() {
-            DeviceBackend::Cuda(c) => c.ctx.synchronize().ctx(|| "synchronising the device".into())?,
-            DeviceBackend::Cpu(c) => c.vgpu.synchronize().map_err(|e| self.cpu_error(e))?,
-        }
+        self.inner.backend.synchronize().map_err(|f| self.report(f))?;
         self.check_error_log()
     }
 
-    /// Registers `counters` as ticket counters (split-K and "last CTA" reductions): u32s
-    /// that every complete launch leaves zero. A launch that fails — a tile wait that
-    /// times out, a CPU-backend deadlock — can leave some raised, which would silently
-    /// corrupt the next launch that uses them; so when the device reports such a failure
-    /// it waits for all queued work and zeroes every registered counter that is still
-    /// allocated. The kernel library's workspaces register theirs.
-    pub fn register_tickets(&self, counters: &Tensor<u32>) {
-        let offset = (counters.addr() - counters.buffer().addr()) as usize;
+    /// Registers the `bytes` bytes at `offset` of `buffer` as ticket counters (see
+    /// [`Device::register_tickets`]).
+    pub(crate) fn register_ticket_span(&self, buffer: &Arc<Buffer>, offset: usize, bytes: usize) {
         let mut t = lock(&self.inner.tickets);
         t.retain(|(b, _, _)| b.strong_count() > 0);
-        t.push((Arc::downgrade(counters.buffer()), offset, counters.size_bytes()));
+        t.push((Arc::downgrade(buffer), offset, bytes));
     }
 
     /// Registers a new `Tiled` tensor for [`Device::dump_semaphores`].
@@ -270,10 +239,10 @@ impl Device {
     /// After a reported synchronisation failure: waits for all work, then zeroes the
     /// registered ticket counters. Returns a note for the error message if that failed.
     fn rearm_tickets(&self) -> Option<String> {
-        let waited = match self.backend() {
-            DeviceBackend::Cuda(c) => c.ctx.synchronize().ctx(|| "synchronising the device".into()),
-            DeviceBackend::Cpu(c) => c.vgpu.synchronize().map_err(|e| Error::Cpu(e.to_string())),
-        };
+        let waited = self.inner.backend.synchronize().map_err(|f| match f {
+            Failure::Error(e) => e,
+            Failure::Stop(e) => Error::Cpu(e.to_string()),
+        });
         if let Err(e) = waited {
             return Some(format!("(ticket counters not re-zeroed: {e})"));
         }
@@ -287,6 +256,15 @@ impl Device {
             }
         }
         None
+    }
+
+    /// A backend failure as the error to report: a CPU-backend stop through
+    /// [`Device::cpu_error`], anything else as it is.
+    pub(crate) fn report(&self, failure: Failure) -> Error {
+        match failure {
+            Failure::Error(e) => e,
+            Failure::Stop(e) => self.cpu_error(e),
+        }
     }
 
     /// Turns a CPU-backend stop into the same errors the GPU gives: a deadlock or a hang
@@ -307,7 +285,7 @@ impl Device {
                 if let Some(note) = self.rearm_tickets() {
                     message = format!("{message} {note}");
                 }
-                Error::Tiling(message)
+                Error::tiling(crate::error::TilingErrorKind::OutOfTileRead, message)
             }
             other => Error::Cpu(other.to_string()),
         }
@@ -366,44 +344,21 @@ impl Device {
         Err(self.failure(headline, waits))
     }
 
-    /// Copies `src` into device memory at `buf + offset` (bytes). Synchronous.
+    /// Copies `src` into device memory at `buf + offset` (bytes). Synchronous; callers
+    /// synchronise before overwriting memory queued work may use.
     pub(crate) fn copy_to_device(&self, buf: &Buffer, offset: usize, src: &[u8]) -> Result<()> {
-        check_range(buf, offset, src.len())?;
-        match self.backend() {
-            DeviceBackend::Cuda(c) => {
-                c.ctx.bind_to_thread().ctx(|| "binding the context".into())?;
-                // SAFETY: the range lies inside the buffer (checked above).
-                unsafe { cudarc::driver::result::memcpy_htod_sync(buf.addr() + offset as u64, src) }
-                    .ctx(|| format!("copying {} bytes to the device", src.len()))
-            }
-            DeviceBackend::Cpu(_) => {
-                // SAFETY: the range lies inside the host allocation (checked above), and
-                // callers synchronise before overwriting memory queued work may use.
-                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), (buf.addr() as *mut u8).add(offset), src.len()) };
-                Ok(())
-            }
-        }
+        self.check_range(buf, offset, src.len())?;
+        // SAFETY: the range lies inside the buffer, an allocation of this backend
+        // (checked above).
+        unsafe { self.inner.backend.write(buf.addr() + offset as u64, src) }.map_err(|f| self.report(f))
     }
 
     /// Copies device memory at `buf + offset` into `dst`. Synchronous; the caller has
     /// synchronised with the work that writes it.
     pub(crate) fn copy_to_host(&self, buf: &Buffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-        check_range(buf, offset, dst.len())?;
-        match self.backend() {
-            DeviceBackend::Cuda(c) => {
-                c.ctx.bind_to_thread().ctx(|| "binding the context".into())?;
-                // SAFETY: the range lies inside the buffer.
-                unsafe { cudarc::driver::result::memcpy_dtoh_sync(dst, buf.addr() + offset as u64) }
-                    .ctx(|| format!("copying {} bytes from the device", dst.len()))
-            }
-            DeviceBackend::Cpu(_) => {
-                // SAFETY: the range lies inside the host allocation.
-                unsafe {
-                    std::ptr::copy_nonoverlapping((buf.addr() as *const u8).add(offset), dst.as_mut_ptr(), dst.len())
-                };
-                Ok(())
-            }
-        }
+        self.check_range(buf, offset, dst.len())?;
+        // SAFETY: the range lies inside the buffer, an allocation of this backend.
+        unsafe { self.inner.backend.read(buf.addr() + offset as u64, dst) }.map_err(|f| self.report(f))
     }
 
     /// Zeroes a whole buffer. Synchronous.
@@ -412,14 +367,20 @@ impl Device {
     }
 }
 
-fn check_range(buf: &Buffer, offset: usize, len: usize) -> Result<()> {
-    if offset.checked_add(len).is_none_or(|end| end > buf.len()) {
-        return Err(Error::Invalid(format!(
-            "copy of {len} bytes at offset {offset} overruns a {}-byte buffer",
-            buf.len()
-        )));
+impl Device {
+    /// Checks that `len` bytes at `offset` lie inside `buf`, memory of this device.
+    fn check_range(&self, buf: &Buffer, offset: usize, len: usize) -> Result<()> {
+        if !buf.is_of(&self.inner.backend) {
+            return Err(Error::Internal(format!("a copy to or from {buf:?} of another device")));
+        }
+        if offset.checked_add(len).is_none_or(|end| end > buf.len()) {
+            return Err(Error::Internal(format!(
+                "copy of {len} bytes at offset {offset} overruns a {}-byte buffer",
+                buf.len()
+            )));
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 impl std::fmt::Debug for Device {

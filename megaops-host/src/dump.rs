@@ -2,8 +2,8 @@
 //! tile's semaphore against its target — the table a hang or timeout report ends with, and
 //! what [`Device::dump_semaphores`](crate::Device::dump_semaphores) returns on demand.
 
-use crate::backend::cuda::lock;
 use crate::device::Device;
+use crate::mutex::lock;
 use crate::notes::{HostDim, LaunchNotes, tile_coords, tile_index};
 use crate::tensor::Tensor;
 use crate::tiled::{Phase, TiledState, ready_value};

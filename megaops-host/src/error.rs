@@ -21,9 +21,20 @@ pub enum Error {
     /// No usable GPU (or driver).
     #[error("no CUDA device: {0}")]
     NoDevice(String),
-    /// Shapes disagree; the message names both sides.
-    #[error("{0}")]
-    Shape(String),
+    /// Shapes disagree, or a shape is not supported; the message names both sides.
+    #[error("{message}")]
+    Shape {
+        /// The kernel whose launch found it (None outside launches).
+        kernel: Option<String>,
+        /// The tensor or kernel parameter it concerns, where one is named.
+        tensor: Option<String>,
+        /// The shape expected, where there is one.
+        expected: Option<Vec<usize>>,
+        /// The shape found, where there is one.
+        found: Option<Vec<usize>>,
+        /// The whole message.
+        message: String,
+    },
     /// A launch configuration is invalid (grid, block, shared memory, tile config).
     #[error("cannot launch `{kernel}`: {reason}")]
     Launch {
@@ -34,8 +45,17 @@ pub enum Error {
     },
     /// A data-tiled tensor is used against its protocol (read before produced, written
     /// twice without re-arming, semaphore tensor of the wrong length, ...).
-    #[error("{0}")]
-    Tiling(String),
+    #[error("{message}")]
+    Tiling {
+        /// What is wrong.
+        kind: TilingErrorKind,
+        /// The kernel whose launch found it (None outside launches).
+        kernel: Option<String>,
+        /// The `Tiled` tensor (its name), where one is concerned.
+        tensor: Option<String>,
+        /// The whole message.
+        message: String,
+    },
     /// A tile wait timed out on the GPU, or the CPU backend found every CTA waiting.
     #[error("{0}")]
     Sync(SyncFailure),
@@ -55,6 +75,64 @@ pub enum Error {
     /// Bad argument that fits no other category.
     #[error("{0}")]
     Invalid(String),
+    /// Not enough free memory for an allocation.
+    #[error("out of {memory} memory on {device}: {bytes} bytes could not be allocated")]
+    OutOfMemory {
+        /// Which memory: the GPU's, or host memory standing in for it (CPU backend).
+        memory: MemoryKind,
+        /// Bytes asked for (rounded to the allocator's size class).
+        bytes: usize,
+        /// The device.
+        device: String,
+    },
+    /// An invariant of the runtime broke: a bug in MegaOps, not in the caller's code
+    /// (please report it with the message).
+    #[error("internal error in the MegaOps runtime: {0}")]
+    Internal(String),
+}
+
+/// What an [`Error::Tiling`] is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TilingErrorKind {
+    /// A kernel reads a `Tiled` tensor no launch has produced since it was (re)armed.
+    ReadBeforeProduced,
+    /// A kernel writes a `Tiled` tensor already produced in this cycle.
+    AlreadyProduced,
+    /// A kernel writes a `Tiled` tensor that holds complete data (rearm it first).
+    HoldsCompleteData,
+    /// A kernel writes a `Tiled` tensor a captured graph produces (rearm it first).
+    ProducedByGraph,
+    /// An eager launch reads what only a graph that has not been replayed yet produces.
+    NotYetReplayed,
+    /// A semaphore tensor of the wrong length for the tiling.
+    SemaphoreCount,
+    /// Semaphore values that are not one common epoch.
+    SemaphoreValues,
+    /// The data tiling itself is invalid for the shape (zero tile, bad boundaries, too
+    /// many tiles, wrong number of dimension specs).
+    InvalidTiling,
+    /// A data tile would get more producer signals than the protocol counts.
+    TooManySignals,
+    /// A kernel read outside the data tiles it waited for (CPU backend check).
+    OutOfTileRead,
+}
+
+/// Which memory an allocation failed in ([`Error::OutOfMemory`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// GPU memory.
+    Device,
+    /// Host memory (the CPU backend's device memory).
+    Host,
+}
+
+impl fmt::Display for MemoryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MemoryKind::Device => "device",
+            MemoryKind::Host => "host",
+        })
+    }
 }
 
 /// One or more tile waits that could not complete, each as a readable line such as
@@ -100,6 +178,27 @@ impl Error {
         Error::Cuda {
             context: context.into(),
             source,
+        }
+    }
+
+    /// A shape error with only a message (no kernel, tensor or shapes to name).
+    pub fn shape(message: impl Into<String>) -> Self {
+        Error::Shape {
+            kernel: None,
+            tensor: None,
+            expected: None,
+            found: None,
+            message: message.into(),
+        }
+    }
+
+    /// A tiling error of `kind` with its message.
+    pub fn tiling(kind: TilingErrorKind, message: impl Into<String>) -> Self {
+        Error::Tiling {
+            kind,
+            kernel: None,
+            tensor: None,
+            message: message.into(),
         }
     }
 

@@ -10,13 +10,15 @@
 mod async_stream;
 mod backend;
 mod buffer;
+mod delayed_release;
 mod device;
 mod dtype;
 mod dump;
 mod error;
-mod graph;
+
 pub mod launch;
 mod module;
+mod mutex;
 mod notes;
 pub mod nvtx;
 mod order;
@@ -30,6 +32,7 @@ mod tiled;
 pub mod tiling;
 pub mod trace;
 
+pub use async_stream::Graph;
 pub use async_stream::{AsyncOptions, AsyncStream, LaunchSpan};
 pub use backend::BackendKind;
 pub use buffer::Buffer;
@@ -37,8 +40,7 @@ pub use cudarc::driver::DeviceRepr;
 pub use device::{DEFAULT_WAIT_TIMEOUT, Device};
 pub use dtype::DType;
 pub use dump::{DimDump, DumpPhase, ProducerDump, SemaphoreDump, TileDump, TiledDump};
-pub use error::{Error, Result, SyncFailure};
-pub use graph::Graph;
+pub use error::{Error, MemoryKind, Result, SyncFailure, TilingErrorKind};
 pub use launch::{LaunchOptions, LaunchTarget, ReleaseNext, Remap};
 pub use megaops_device::cpu::VgpuConfig;
 pub use module::PtxModule;

@@ -16,8 +16,8 @@
 //! Work on one target overlaps through semaphores as before; across targets the
 //! consumer runs after its producer (correct and deadlock-free, without overlap).
 
-use crate::backend::cuda::lock;
 use crate::error::Result;
+use crate::mutex::lock;
 use crate::stream::{Event, Stream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

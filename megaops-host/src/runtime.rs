@@ -1,10 +1,11 @@
 //! Launching the runtime's own kernels (`megaops-runtime-kernels`).
 
-use crate::error::Result;
+use crate::backend::RawLaunch;
+use crate::buffer::Buffer;
+use crate::error::{Error, Result};
 use crate::module::PtxModule;
-use crate::param::param_bytes;
-use crate::stream::{Event, RawLaunch, Stream};
-use crate::tensor::Tensor;
+use crate::param::{ParamBytes, param_bytes};
+use crate::stream::{Event, Stream};
 use megaops_device::sync::KernelCtx;
 use megaops_runtime_kernels::{FillSpan, FillSpans, MAX_FILL_SPANS};
 use std::sync::Arc;
@@ -15,32 +16,55 @@ pub(crate) static RUNTIME_PTX: PtxModule = PtxModule {
     ptx: megaops_runtime_kernels::ptx::MODULES,
 };
 
+/// Launches runtime kernel `entry` on `stream`, keeping `keep` alive until it is done.
+///
+/// # Safety
+/// `params` match `entry`'s signature, `cpu` does what the entry does, and every address
+/// they carry lies in a buffer of `keep`.
+unsafe fn launch(
+    stream: &Stream,
+    entry: &'static str,
+    grid: u32,
+    block: u32,
+    params: &[ParamBytes],
+    cpu: Arc<dyn Fn() + Send + Sync>,
+    keep: Vec<Arc<Buffer>>,
+) -> Result<Arc<Event>> {
+    let l = RawLaunch {
+        kernel: entry,
+        module: &RUNTIME_PTX,
+        entry,
+        grid: [grid, 1, 1],
+        block: [block, 1, 1],
+        dynamic_smem: 0,
+        params,
+        cpu,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { stream.launch_raw(&l, keep) }
+}
+
 /// Enqueues AsyncStream's wait kernel on `stream`: it holds later work there until the
 /// begin flag at `flag` reaches `token` (the previous launch started a CTA).
-pub(crate) fn wait_begin(stream: &Stream, flag: &Tensor<i32>, token: i32, ctx: KernelCtx) -> Result<Arc<Event>> {
+pub(crate) fn wait_begin(stream: &Stream, flag: &Arc<Buffer>, token: i32, ctx: KernelCtx) -> Result<Arc<Event>> {
     let addr = flag.addr();
     let params = [param_bytes(&addr), param_bytes(&token), param_bytes(&ctx)];
     let cpu: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-        // SAFETY: `addr` is the begin flag tensor, kept alive by the retention below.
+        // SAFETY: `addr` is the begin flag's buffer, kept alive by the launch.
         unsafe { megaops_runtime_kernels::wait_begin(addr as *const i32, token, ctx) }
     });
-    let l = RawLaunch {
-        kernel: "megaops_wait_begin",
-        module: &RUNTIME_PTX,
-        entry: "megaops_wait_begin",
-        grid: [1, 1, 1],
-        block: [32, 1, 1],
-        dynamic_smem: 0,
-        params: &params,
-        cpu,
-    };
-    stream.launch_raw(&l, vec![flag.buffer().clone()])
+    // SAFETY: `megaops_wait_begin(flag: *const i32, token: i32, ctx: KernelCtx)`; the
+    // flag's buffer is kept; the context's pointers (error log, no trace) are the
+    // device's own.
+    unsafe { launch(stream, "megaops_wait_begin", 1, 32, &params, cpu, vec![flag.clone()]) }
 }
 
 /// Sets each of `spans` on `stream` with [`megaops_runtime_kernels::fill_spans`]: one
-/// launch per [`MAX_FILL_SPANS`] spans (none for an empty list). `keep` holds the buffers
-/// the spans lie in.
-pub(crate) fn fill_spans(stream: &Stream, spans: &[FillSpan], keep: &[Arc<crate::buffer::Buffer>]) -> Result<()> {
+/// launch per [`MAX_FILL_SPANS`] spans (none for an empty list).
+///
+/// # Safety
+/// Every span lies in a buffer of `keep`.
+pub(crate) unsafe fn fill_spans(stream: &Stream, spans: &[FillSpan], keep: &[Arc<Buffer>]) -> Result<()> {
     for chunk in spans.chunks(MAX_FILL_SPANS) {
         let mut table = FillSpans {
             count: chunk.len() as u32,
@@ -50,55 +74,65 @@ pub(crate) fn fill_spans(stream: &Stream, spans: &[FillSpan], keep: &[Arc<crate:
         table.spans[..chunk.len()].copy_from_slice(chunk);
         let params = [param_bytes(&table)];
         let cpu: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-            // SAFETY: every span lies in a buffer of `keep`, retained by the launch.
+            // SAFETY: every span lies in a buffer of `keep`, kept by the launch.
             unsafe { megaops_runtime_kernels::fill_spans(&table) }
         });
-        let l = RawLaunch {
-            kernel: "megaops_fill_spans",
-            module: &RUNTIME_PTX,
-            entry: "megaops_fill_spans",
-            grid: [chunk.len() as u32, 1, 1],
-            block: [128, 1, 1],
-            dynamic_smem: 0,
-            params: &params,
-            cpu,
+        // SAFETY: `megaops_fill_spans(table: FillSpans)`, by value; the spans lie in
+        // `keep` (the caller's contract).
+        unsafe {
+            launch(
+                stream,
+                "megaops_fill_spans",
+                chunk.len() as u32,
+                128,
+                &params,
+                cpu,
+                keep.to_vec(),
+            )?
         };
-        stream.launch_raw(&l, keep.to_vec())?;
     }
     Ok(())
 }
 
-/// Fills `n` u32 words at `tensor`'s address with `value` on `stream` (no host copy).
-pub(crate) fn fill_words(
-    stream: &Stream,
-    addr: u64,
-    n: u64,
-    value: u32,
-    keep: Arc<crate::buffer::Buffer>,
-) -> Result<Arc<Event>> {
+/// Fills the 32-bit words `first..first + n` of `buffer` with `value` on `stream` by a
+/// kernel (no host copy).
+pub(crate) fn fill_words(stream: &Stream, buffer: &Arc<Buffer>, first: u64, n: u64, value: u32) -> Result<Arc<Event>> {
+    if first
+        .checked_add(n)
+        .is_none_or(|end| end.saturating_mul(4) > buffer.len() as u64)
+    {
+        return Err(Error::Internal(format!(
+            "a fill of words {first}..{first}+{n} overruns a {}-byte buffer",
+            buffer.len()
+        )));
+    }
+    let addr = buffer.addr() + 4 * first;
     let params = [param_bytes(&addr), param_bytes(&n), param_bytes(&value)];
     let cpu: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-        // SAFETY: the buffer holding `n` words at `addr` is retained by the launch.
+        // SAFETY: the buffer holding `n` words at `addr` is kept by the launch.
         unsafe { megaops_runtime_kernels::fill_u32(addr as *mut u32, n, value) }
     });
     let blocks = n.div_ceil(256).clamp(1, 4096) as u32;
-    let l = RawLaunch {
-        kernel: "megaops_fill_u32",
-        module: &RUNTIME_PTX,
-        entry: "megaops_fill_u32",
-        grid: [blocks, 1, 1],
-        block: [256, 1, 1],
-        dynamic_smem: 0,
-        params: &params,
-        cpu,
-    };
-    stream.launch_raw(&l, vec![keep])
+    // SAFETY: `megaops_fill_u32(dst: *mut u32, n: u64, value: u32)`; the words lie in
+    // `buffer` (checked above), which the launch keeps.
+    unsafe {
+        launch(
+            stream,
+            "megaops_fill_u32",
+            blocks,
+            256,
+            &params,
+            cpu,
+            vec![buffer.clone()],
+        )
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::device::Device;
+    use crate::tensor::Tensor;
     use megaops_device::cpu::VgpuConfig;
 
     /// Spans of several tensors, more than one launch's worth, each set to its own value;
@@ -123,14 +157,16 @@ mod tests {
             })
             .collect();
         let keep: Vec<_> = tensors.iter().map(|t| t.buffer().clone()).collect();
-        fill_spans(&stream, &spans, &keep)?;
+        // SAFETY: every span lies in its own tensor, whose buffer is in `keep`.
+        unsafe { fill_spans(&stream, &spans, &keep)? };
         stream.synchronize()?;
         for (i, (t, &n)) in tensors.iter().zip(&sizes).enumerate() {
             let v = t.to_vec()?;
             assert!(v[..n].iter().all(|&x| x == i as i32 * 3), "span {i}: {v:?}");
             assert_eq!(v[n], -1, "span {i} wrote past its end");
         }
-        fill_spans(&stream, &[], &[])?;
+        // SAFETY: no spans.
+        unsafe { fill_spans(&stream, &[], &[])? };
         Ok(())
     }
 }

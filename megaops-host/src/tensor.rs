@@ -10,6 +10,7 @@ use std::sync::Arc;
 /// A dense, row-major device tensor of `T` (rank 1 to 4). Cloning shares the memory.
 #[derive(Clone)]
 pub struct Tensor<T: DType> {
+    device: Device,
     buf: Arc<Buffer>,
     /// Offset of the first element, in elements.
     offset: usize,
@@ -25,7 +26,7 @@ pub const MAX_TENSOR_RANK: usize = 4;
 
 fn numel(shape: &[usize]) -> Result<usize> {
     if shape.is_empty() || shape.len() > MAX_TENSOR_RANK {
-        return Err(Error::Shape(format!(
+        return Err(Error::shape(format!(
             "tensor rank {} is not supported (1 to {MAX_TENSOR_RANK})",
             shape.len()
         )));
@@ -33,7 +34,7 @@ fn numel(shape: &[usize]) -> Result<usize> {
     shape
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| Error::Shape(format!("shape {shape:?} has too many elements")))
+        .ok_or_else(|| Error::shape(format!("shape {shape:?} has too many elements")))
 }
 
 impl<T: DType> Tensor<T> {
@@ -43,9 +44,10 @@ impl<T: DType> Tensor<T> {
         let n = numel(shape)?;
         let bytes = n
             .checked_mul(size_of::<T>())
-            .ok_or_else(|| Error::Shape(format!("shape {shape:?} is too large")))?;
+            .ok_or_else(|| Error::shape(format!("shape {shape:?} is too large")))?;
         Ok(Tensor {
-            buf: Arc::new(Buffer::new(device, bytes)?),
+            device: device.clone(),
+            buf: Arc::new(device.alloc(bytes)?),
             offset: 0,
             shape: shape.to_vec(),
             _t: PhantomData,
@@ -56,7 +58,7 @@ impl<T: DType> Tensor<T> {
     pub fn from_slice(device: &Device, shape: &[usize], data: &[T]) -> Result<Self> {
         let n = numel(shape)?;
         if data.len() != n {
-            return Err(Error::Shape(format!(
+            return Err(Error::shape(format!(
                 "{} values given for a tensor of shape {shape:?} ({n} elements)",
                 data.len()
             )));
@@ -98,7 +100,7 @@ impl<T: DType> Tensor<T> {
 
     /// The device it lives on.
     pub fn device(&self) -> &Device {
-        self.buf.device()
+        &self.device
     }
 
     /// Shape, outermost dimension first.
@@ -134,13 +136,14 @@ impl<T: DType> Tensor<T> {
     /// The same memory with another shape of equal element count.
     pub fn reshape(&self, shape: &[usize]) -> Result<Self> {
         if numel(shape)? != self.numel() {
-            return Err(Error::Shape(format!(
+            return Err(Error::shape(format!(
                 "cannot reshape {:?} ({} elements) to {shape:?}",
                 self.shape,
                 self.numel()
             )));
         }
         Ok(Tensor {
+            device: self.device.clone(),
             buf: self.buf.clone(),
             offset: self.offset,
             shape: shape.to_vec(),
@@ -151,7 +154,7 @@ impl<T: DType> Tensor<T> {
     /// Rows `start..end` of the outermost dimension, sharing memory.
     pub fn narrow(&self, start: usize, end: usize) -> Result<Self> {
         if start > end || end > self.shape[0] {
-            return Err(Error::Shape(format!(
+            return Err(Error::shape(format!(
                 "rows {start}..{end} out of range for shape {:?}",
                 self.shape
             )));
@@ -160,6 +163,7 @@ impl<T: DType> Tensor<T> {
         let mut shape = self.shape.clone();
         shape[0] = end - start;
         Ok(Tensor {
+            device: self.device.clone(),
             buf: self.buf.clone(),
             offset: self.offset + start * row,
             shape,
@@ -180,7 +184,7 @@ impl<T: DType> Tensor<T> {
     /// Overwrites the tensor with `data` after waiting for all queued work on the device.
     pub fn copy_from_slice(&self, data: &[T]) -> Result<()> {
         if data.len() != self.numel() {
-            return Err(Error::Shape(format!(
+            return Err(Error::shape(format!(
                 "{} values given for a tensor of shape {:?}",
                 data.len(),
                 self.shape
@@ -220,19 +224,40 @@ impl<T: DType> Tensor<T> {
     /// size must be a multiple of 4.
     pub fn fill_bits_on(&self, stream: &crate::Stream, word: u32) -> Result<()> {
         if !self.size_bytes().is_multiple_of(4) {
-            return Err(Error::Shape(format!(
+            return Err(Error::shape(format!(
                 "fill_bits_on needs a multiple of 4 bytes; {:?} has {}",
                 self.shape,
                 self.size_bytes()
             )));
         }
-        crate::runtime::fill_words(
-            stream,
-            self.addr(),
-            (self.size_bytes() / 4) as u64,
-            word,
-            self.buf.clone(),
-        )
-        .map(|_| ())
+        if !stream.device().same(&self.device) {
+            return Err(Error::Invalid(format!(
+                "fill_bits_on: the tensor lives on {}, the stream on {}",
+                self.device.name(),
+                stream.device().name()
+            )));
+        }
+        let start = self.offset * size_of::<T>();
+        if !start.is_multiple_of(4) {
+            return Err(Error::shape(format!(
+                "fill_bits_on needs a view starting at a multiple of 4 bytes; this one starts at byte {start}"
+            )));
+        }
+        let first = (start / 4) as u64;
+        crate::runtime::fill_words(stream, &self.buf, first, (self.size_bytes() / 4) as u64, word).map(|_| ())
+    }
+}
+
+// Defined here rather than in `device.rs`, which does not depend on tensors.
+impl Device {
+    /// Registers `counters` as ticket counters (split-K and "last CTA" reductions): u32s
+    /// that every complete launch leaves zero. A launch that fails — a tile wait that
+    /// times out, a CPU-backend deadlock — can leave some raised, which would silently
+    /// corrupt the next launch that uses them; so when the device reports such a failure
+    /// it waits for all queued work and zeroes every registered counter that is still
+    /// allocated. The kernel library's workspaces register theirs.
+    pub fn register_tickets(&self, counters: &Tensor<u32>) {
+        let offset = (counters.addr() - counters.buffer().addr()) as usize;
+        self.register_ticket_span(counters.buffer(), offset, counters.size_bytes());
     }
 }

@@ -1,10 +1,10 @@
 //! [`Tiled`]: a tensor, its data tiling (in the type) and its data-tile semaphores.
 
-use crate::backend::cuda::lock;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::dump::LiveTiled;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TilingErrorKind};
+use crate::mutex::lock;
 use crate::notes::{HostDim, TensorNote};
 use crate::order::{SharedUses, TiledUse};
 use crate::tensor::Tensor;
@@ -127,20 +127,31 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
             None => Tensor::zeros(&device, &[n.max(1)])?,
             Some(s) => {
                 if s.numel() != n {
-                    return Err(Error::Tiling(format!(
-                        "`{name}`: {} cuts shape {:?} into {n} data tiles, but its semaphore tensor has {} entries",
-                        tiling.describe(),
-                        data.shape(),
-                        s.numel()
-                    )));
+                    return Err(tiling_error(
+                        TilingErrorKind::SemaphoreCount,
+                        None,
+                        name,
+                        format!(
+                            "`{name}`: {} cuts shape {:?} into {n} data tiles, but its semaphore tensor has {} entries",
+                            tiling.describe(),
+                            data.shape(),
+                            s.numel()
+                        ),
+                    ));
                 }
                 let values = s.to_vec()?;
                 let first = values.first().copied().unwrap_or(0);
                 if values.iter().any(|&v| v != first) || first % EPOCH_STRIDE != 0 {
-                    return Err(Error::Tiling(format!(
-                        "`{name}`: semaphores must all hold the same multiple of {EPOCH_STRIDE} (zero when fresh); found {:?}…",
-                        &values[..values.len().min(8)]
-                    )));
+                    return Err(tiling_error(
+                        TilingErrorKind::SemaphoreValues,
+                        None,
+                        name,
+                        format!(
+                            "`{name}`: semaphores must all hold the same multiple of {EPOCH_STRIDE} (zero when fresh); \
+                             found {:?}…",
+                            &values[..values.len().min(8)]
+                        ),
+                    ));
                 }
                 epoch = (first / EPOCH_STRIDE) as u32;
                 s
@@ -308,11 +319,16 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
     pub(crate) fn consumer_sync(&self, kernel: &str, param: &str) -> Result<(TileSync, TensorNote, Option<String>)> {
         let st = lock(&self.state).clone();
         match &st.phase {
-            Phase::Armed => Err(Error::Tiling(format!(
-                "`{kernel}` reads `{}` (parameter `{param}`) before any kernel produced it: launch its producer first, \
-                 or build it with `Tiled::complete` if its data is already there",
-                self.name
-            ))),
+            Phase::Armed => Err(tiling_error(
+                TilingErrorKind::ReadBeforeProduced,
+                Some(kernel),
+                &self.name,
+                format!(
+                    "`{kernel}` reads `{}` (parameter `{param}`) before any kernel produced it: launch its producer \
+                     first, or build it with `Tiled::complete` if its data is already there",
+                    self.name
+                ),
+            )),
             Phase::Complete => Ok((TileSync::NONE, self.note(st.epoch, None), None)),
             Phase::Captured => {
                 let why = format!(
@@ -334,20 +350,36 @@ impl<T: DType, D: DataTiling> Tiled<T, D> {
     pub(crate) fn producer_sync(&self, kernel: &str, param: &str) -> Result<TileSync> {
         match &lock(&self.state).phase {
             Phase::Armed => Ok(self.sync_block(0)),
-            Phase::Produced(p) => Err(Error::Tiling(format!(
-                "`{kernel}` writes `{}` (parameter `{param}`), which `{}` (launch {}) already produced in this cycle: \
-                 call `rearm()` on it once its consumers are launched",
-                self.name, p.kernel, p.launch_id
-            ))),
-            Phase::Complete => Err(Error::Tiling(format!(
-                "`{kernel}` writes `{}` (parameter `{param}`), which holds complete data: call `rearm()` on it first",
-                self.name
-            ))),
-            Phase::Captured => Err(Error::Tiling(format!(
-                "`{kernel}` writes `{}` (parameter `{param}`), which a captured graph produces: call `rearm()` on it \
-                 first (a later replay of that graph overwrites it again)",
-                self.name
-            ))),
+            Phase::Produced(p) => Err(tiling_error(
+                TilingErrorKind::AlreadyProduced,
+                Some(kernel),
+                &self.name,
+                format!(
+                    "`{kernel}` writes `{}` (parameter `{param}`), which `{}` (launch {}) already produced in this \
+                     cycle: call `rearm()` on it once its consumers are launched",
+                    self.name, p.kernel, p.launch_id
+                ),
+            )),
+            Phase::Complete => Err(tiling_error(
+                TilingErrorKind::HoldsCompleteData,
+                Some(kernel),
+                &self.name,
+                format!(
+                    "`{kernel}` writes `{}` (parameter `{param}`), which holds complete data: call `rearm()` on it \
+                     first",
+                    self.name
+                ),
+            )),
+            Phase::Captured => Err(tiling_error(
+                TilingErrorKind::ProducedByGraph,
+                Some(kernel),
+                &self.name,
+                format!(
+                    "`{kernel}` writes `{}` (parameter `{param}`), which a captured graph produces: call `rearm()` on \
+                     it first (a later replay of that graph overwrites it again)",
+                    self.name
+                ),
+            )),
         }
     }
 
@@ -407,4 +439,14 @@ impl<T: DType, D: DataTiling> std::fmt::Debug for Tiled<T, D> {
 /// Semaphore value (serial-compared) at which a data tile of epoch `epoch` is ready.
 pub(crate) fn ready_value(epoch: u32) -> i32 {
     (epoch.wrapping_add(1) as i32).wrapping_mul(EPOCH_STRIDE)
+}
+
+/// An [`Error::Tiling`] of `kind` about tensor `tensor`, found by `kernel`'s launch.
+fn tiling_error(kind: TilingErrorKind, kernel: Option<&str>, tensor: &str, message: String) -> Error {
+    Error::Tiling {
+        kind,
+        kernel: kernel.map(str::to_string),
+        tensor: Some(tensor.to_string()),
+        message,
+    }
 }

@@ -7,7 +7,7 @@
 //! [`DataTiling`] with [`DimSpec::Bounds`] (a precomputed table of tile boundaries), or
 //! use [`Irregular`].
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TilingErrorKind};
 use crate::notes::HostDim;
 use megaops_device::sync::tiling as dev;
 use megaops_device::sync::{DimTiling, MAX_RANK};
@@ -193,12 +193,15 @@ impl<R: Rank> Irregular<R> {
     /// One [`DimSpec`] per dimension (must be `R::N` of them).
     pub fn new(dims: Vec<DimSpec>) -> Result<Self> {
         if dims.len() != R::N {
-            return Err(Error::Tiling(format!(
-                "an irregular rank-{} tiling needs {} dimension specs, got {}",
-                R::N,
-                R::N,
-                dims.len()
-            )));
+            return Err(Error::tiling(
+                TilingErrorKind::InvalidTiling,
+                format!(
+                    "an irregular rank-{} tiling needs {} dimension specs, got {}",
+                    R::N,
+                    R::N,
+                    dims.len()
+                ),
+            ));
         }
         Ok(Irregular {
             dims,
@@ -232,16 +235,22 @@ impl<R: Rank> DataTiling for Irregular<R> {
 /// tile sizes are positive and boundary tables are ascending from 0 to the size.
 pub(crate) fn resolve<D: DataTiling>(tiling: &D, shape: &[usize]) -> Result<Vec<HostDim>> {
     if shape.len() != D::Rank::N {
-        return Err(Error::Shape(format!(
-            "data tiling {} is for rank-{} tensors, but the tensor has shape {shape:?}",
-            tiling.describe(),
-            D::Rank::N
-        )));
+        return Err(Error::Shape {
+            kernel: None,
+            tensor: None,
+            expected: None,
+            found: Some(shape.to_vec()),
+            message: format!(
+                "data tiling {} is for rank-{} tensors, but the tensor has shape {shape:?}",
+                tiling.describe(),
+                D::Rank::N
+            ),
+        });
     }
     let mut dims = Vec::with_capacity(shape.len());
     for (d, &size) in shape.iter().enumerate() {
         let size32 =
-            u32::try_from(size).map_err(|_| Error::Shape(format!("dimension {d} of {shape:?} exceeds u32")))?;
+            u32::try_from(size).map_err(|_| Error::shape(format!("dimension {d} of {shape:?} exceeds u32")))?;
         let dim = match tiling.dim(d, size) {
             DimSpec::Whole => HostDim {
                 size: size32,
@@ -249,10 +258,10 @@ pub(crate) fn resolve<D: DataTiling>(tiling: &D, shape: &[usize]) -> Result<Vec<
                 bounds: vec![],
             },
             DimSpec::Tile(0) => {
-                return Err(Error::Tiling(format!(
-                    "{}: data tile size 0 in dimension {d}",
-                    tiling.describe()
-                )));
+                return Err(Error::tiling(
+                    TilingErrorKind::InvalidTiling,
+                    format!("{}: data tile size 0 in dimension {d}", tiling.describe()),
+                ));
             }
             DimSpec::Tile(t) => HostDim {
                 size: size32,
@@ -262,10 +271,13 @@ pub(crate) fn resolve<D: DataTiling>(tiling: &D, shape: &[usize]) -> Result<Vec<
             DimSpec::Bounds(b) => {
                 let ok = b.first() == Some(&0) && b.last() == Some(&size32) && b.windows(2).all(|w| w[0] < w[1]);
                 if !ok {
-                    return Err(Error::Tiling(format!(
-                        "{}: dimension {d} boundaries {b:?} must rise strictly from 0 to the size {size}",
-                        tiling.describe()
-                    )));
+                    return Err(Error::tiling(
+                        TilingErrorKind::InvalidTiling,
+                        format!(
+                            "{}: dimension {d} boundaries {b:?} must rise strictly from 0 to the size {size}",
+                            tiling.describe()
+                        ),
+                    ));
                 }
                 HostDim {
                     size: size32,
@@ -277,10 +289,10 @@ pub(crate) fn resolve<D: DataTiling>(tiling: &D, shape: &[usize]) -> Result<Vec<
         dims.push(dim);
     }
     if dims.iter().map(|d| d.count() as u64).product::<u64>() > u32::MAX as u64 {
-        return Err(Error::Tiling(format!(
-            "{} cuts {shape:?} into too many data tiles",
-            tiling.describe()
-        )));
+        return Err(Error::tiling(
+            TilingErrorKind::InvalidTiling,
+            format!("{} cuts {shape:?} into too many data tiles", tiling.describe()),
+        ));
     }
     Ok(dims)
 }

@@ -206,7 +206,7 @@ impl Device {
                 "this build has tile tracing compiled out (MEGAOPS_TRACE_OFF was set when it was built)".into(),
             ));
         }
-        let mut slot = crate::backend::cuda::lock(self.trace_slot());
+        let mut slot = crate::mutex::lock(self.trace_slot());
         if let Some(log) = slot.as_ref() {
             if capacity > log.capacity {
                 return Err(Error::Invalid(format!(
@@ -225,7 +225,7 @@ impl Device {
             return self.reset_trace(&log);
         }
         let bytes = HEADER + RECORD * capacity as usize;
-        let buffer = Arc::new(Buffer::new(self, bytes)?);
+        let buffer = Arc::new(self.alloc(bytes)?);
         let log = TraceBuffer { buffer, capacity };
         self.reset_trace(&log)?;
         *slot = Some(log);
@@ -246,7 +246,7 @@ impl Device {
 
     /// The trace log's address and buffer, if [`Device::start_trace`] made one.
     pub(crate) fn trace_log(&self) -> Option<(u64, Arc<Buffer>)> {
-        crate::backend::cuda::lock(self.trace_slot())
+        crate::mutex::lock(self.trace_slot())
             .as_ref()
             .map(|l| (l.addr(), l.buffer().clone()))
     }
@@ -256,7 +256,7 @@ impl Device {
     /// device has no trace log.
     pub fn take_trace(&self) -> Result<Trace> {
         let (buffer, capacity) = {
-            let slot = crate::backend::cuda::lock(self.trace_slot());
+            let slot = crate::mutex::lock(self.trace_slot());
             let Some(log) = slot.as_ref() else {
                 return Err(Error::Invalid(
                     "the device has no trace log: call `Device::start_trace` before the traced launches".into(),

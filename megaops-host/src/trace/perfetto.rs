@@ -123,8 +123,12 @@ impl Trace {
     /// Writes [`Trace::to_perfetto`] to `path`.
     pub fn write_perfetto(&self, path: &Path) -> Result<()> {
         let text = serde_json::to_string(&self.to_perfetto())
-            .map_err(|e| Error::Invalid(format!("encoding the trace as JSON: {e}")))?;
-        std::fs::write(path, text).map_err(|e| Error::Invalid(format!("writing {}: {e}", path.display())))
+            .map_err(|e| Error::Internal(format!("encoding the trace as JSON: {e}")))?;
+        std::fs::write(path, text).map_err(|source| Error::Io {
+            action: "writing the trace",
+            path: path.to_path_buf(),
+            source,
+        })
     }
 }
 

@@ -15,18 +15,18 @@ fn check_common(
     b_name: &str,
 ) -> Result<()> {
     if b.shape() != b_shape {
-        return Err(Error::Shape(format!(
+        return Err(Error::shape(format!(
             "`{kernel}` with m = {m}, n = {n}, k = {k} expects `{b_name}` of shape {b_shape:?}, got {:?}",
             b.shape()
         )));
     }
     if !k.is_multiple_of(8) {
-        return Err(Error::Shape(format!(
+        return Err(Error::shape(format!(
             "`{kernel}` needs k % 8 == 0 (16-byte aligned rows for cp.async); k = {k}: pad k to a multiple of 8"
         )));
     }
     if !b.addr().is_multiple_of(16) {
-        return Err(Error::Shape(format!(
+        return Err(Error::shape(format!(
             "`{kernel}`: `{b_name}` must be 16-byte aligned (address {:#x})",
             b.addr()
         )));
@@ -46,7 +46,7 @@ pub fn check_matmul(m: u32, n: u32, k: u32, w: &Tensor<bf16>) -> Result<()> {
 pub fn check_matmul_nn(m: u32, n: u32, k: u32, b: &Tensor<bf16>) -> Result<()> {
     check_common("matmul_nn", m, n, k, b, [k as usize, n as usize], "b")?;
     if !n.is_multiple_of(8) {
-        return Err(Error::Shape(format!(
+        return Err(Error::shape(format!(
             "`matmul_nn` needs n % 8 == 0 (16-byte aligned rows of B); n = {n}"
         )));
     }

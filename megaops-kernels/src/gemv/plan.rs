@@ -218,7 +218,7 @@ impl SplitWorkspace {
         let need = splits as usize * rg as usize * m as usize * n as usize;
         let tiles = n.div_ceil(bn) as usize;
         if self.ws.numel() < need || self.counters.numel() < tiles {
-            return Err(Error::Shape(format!(
+            return Err(Error::shape(format!(
                 "split-K workspace too small: {splits} splits × {rg} × {m} × {n} needs {need} f32 and {tiles} counters, \
                  it has {} and {}",
                 self.ws.numel(),
@@ -231,7 +231,7 @@ impl SplitWorkspace {
 
 fn check_weight(what: &str, w: &Tensor<bf16>, rows: u32, k: u32) -> Result<()> {
     if w.shape() != [rows as usize, k as usize] {
-        return Err(Error::Shape(format!(
+        return Err(Error::shape(format!(
             "{what}: the weight must be [{rows}, {k}], got {:?}",
             w.shape()
         )));

@@ -97,12 +97,12 @@ impl MlpConfig {
     pub fn check(&self) -> Result<()> {
         let (h, i) = (self.hidden, self.inter);
         if h == 0 || i == 0 || !h.is_multiple_of(8) || !i.is_multiple_of(8) {
-            return Err(Error::Shape(format!(
+            return Err(Error::shape(format!(
                 "MLP block: hidden ({h}) and intermediate ({i}) sizes must be positive multiples of 8"
             )));
         }
         if 2 * i > u32::MAX as usize || h > u32::MAX as usize {
-            return Err(Error::Shape(format!(
+            return Err(Error::shape(format!(
                 "MLP block: sizes {h}, {i} exceed u32 kernel arguments"
             )));
         }
@@ -299,7 +299,7 @@ impl Mlp {
         stage: usize,
     ) -> Result<()> {
         if acts.config != self.config {
-            return Err(Error::Shape(format!(
+            return Err(Error::shape(format!(
                 "MLP forward: activations built for {:?}, block is {:?}",
                 acts.config, self.config
             )));
@@ -329,7 +329,7 @@ impl Mlp {
     /// fused add + RMSNorm writing [`MlpActivations::normed_mut`].
     pub fn forward_projections(&self, on: &impl LaunchTarget, acts: &mut MlpActivations) -> Result<()> {
         if acts.config != self.config {
-            return Err(Error::Shape(format!(
+            return Err(Error::shape(format!(
                 "MLP forward: activations built for {:?}, block is {:?}",
                 acts.config, self.config
             )));
@@ -431,14 +431,14 @@ impl Mlp {
         let c = self.config;
         let (h, inter) = (c.hidden, c.inter);
         if !x.len().is_multiple_of(h) {
-            return Err(Error::Shape(format!(
+            return Err(Error::shape(format!(
                 "MLP reference: {} input values are not whole rows of {h}",
                 x.len()
             )));
         }
         let m = x.len() / h;
         if let Some(&r) = rows.iter().find(|&&r| r >= m) {
-            return Err(Error::Shape(format!("MLP reference: row {r} of an input of {m} rows")));
+            return Err(Error::shape(format!("MLP reference: row {r} of an input of {m} rows")));
         }
         let path = MlpPath::for_rows(m);
         let norm_w = self.norm_w.to_vec()?;
@@ -508,7 +508,7 @@ impl MlpActivations {
     pub fn new(device: &Device, config: MlpConfig, m: usize) -> Result<MlpActivations> {
         config.check()?;
         if m == 0 || m > u32::MAX as usize {
-            return Err(Error::Shape(format!(
+            return Err(Error::shape(format!(
                 "MLP activations: m = {m} rows (need 1 ≤ m < 2³²)"
             )));
         }

@@ -1,9 +1,18 @@
-//! CUDA backend: a cudarc context with event tracking off, a module cache, a caching
-//! allocator over plain `cuMemAlloc` memory, and raw kernel launches.
+//! CUDA backend: a cudarc context with event tracking off, a module cache that loads
+//! every function eagerly, the allocator ([`pool`]), streams, events and graphs
+//! ([`stream`]) and SM partitions on green contexts ([`partition`]). Every raw driver
+//! call of the runtime is in this folder.
 
+mod partition;
+mod pool;
+mod stream;
+
+use crate::backend::{BackendKind, BackendResult, DeviceBackend, DeviceLimits, StreamBackend};
 use crate::error::{CudaContext as _, Error, Result};
 use crate::module::PtxModule;
-use cudarc::driver::{CudaContext, CudaStream, result, sys};
+use crate::mutex::lock;
+use cudarc::driver::{CudaContext, sys};
+use pool::Pool;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::sync::{Arc, Mutex};
@@ -13,15 +22,12 @@ const DEFAULT_SMEM_LIMIT: u32 = 48 * 1024;
 
 /// One CUDA device.
 pub(crate) struct CudaDevice {
-    pub ctx: Arc<CudaContext>,
-    pub name: String,
-    pub cc: (i32, i32),
-    pub sm_count: u32,
-    pub smem_per_sm: u32,
-    pub smem_per_block_optin: u32,
-    pub l2_bytes: u32,
+    ctx: Arc<CudaContext>,
+    name: String,
+    cc: (i32, i32),
+    limits: DeviceLimits,
     modules: Mutex<HashMap<usize, Arc<LoadedModule>>>,
-    pool: Mutex<Pool>,
+    pool: Pool,
 }
 
 /// A loaded module. Every function in it is loaded at module-load time (`cuFuncLoad`):
@@ -52,24 +58,6 @@ pub(crate) struct Function(pub sys::CUfunction);
 
 // SAFETY: CUfunction handles are thread-safe driver handles.
 unsafe impl Send for Function {}
-
-/// Freed allocations by rounded size, reused before asking the driver (`cuMemFree`
-/// synchronises the device, which would serialise overlapped work).
-#[derive(Default)]
-struct Pool {
-    free: HashMap<usize, Vec<sys::CUdeviceptr>>,
-    reserved: usize,
-}
-
-/// Rounds an allocation size to the pool's size classes.
-pub(crate) fn round_size(bytes: usize) -> usize {
-    let bytes = bytes.max(1);
-    if bytes <= 1 << 20 {
-        bytes.div_ceil(512) * 512
-    } else {
-        bytes.div_ceil(2 << 20) * (2 << 20)
-    }
-}
 
 impl CudaDevice {
     /// Opens device `ordinal` (primary context, event tracking off: MegaOps orders work
@@ -109,71 +97,23 @@ impl CudaDevice {
         Ok(CudaDevice {
             name: ctx.name().ctx(|| "reading the device name".into())?,
             cc,
-            sm_count: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
-            smem_per_sm: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)? as u32,
-            smem_per_block_optin: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32,
-            l2_bytes: attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u32,
+            limits: DeviceLimits {
+                sm_count: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+                smem_per_sm: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)? as u32,
+                max_smem_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32,
+                l2_bytes: attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u32,
+            },
             ctx,
             modules: Mutex::new(HashMap::new()),
-            pool: Mutex::new(Pool::default()),
+            pool: Pool::default(),
         })
     }
 
+    /// Binds the context to the calling thread.
     fn bind(&self) -> Result<()> {
         self.ctx
             .bind_to_thread()
             .ctx(|| "binding the CUDA context to this thread".into())
-    }
-
-    /// Allocates `bytes` of device memory (plain `cuMemAlloc`, so stream memory
-    /// operations work on it), reusing freed blocks of the same size class.
-    pub fn alloc(&self, bytes: usize) -> Result<(sys::CUdeviceptr, usize)> {
-        let size = round_size(bytes);
-        if let Some(ptr) = lock(&self.pool).free.get_mut(&size).and_then(Vec::pop) {
-            return Ok((ptr, size));
-        }
-        self.bind()?;
-        // SAFETY: the context is bound; the size is non-zero.
-        let ptr = match unsafe { result::malloc_sync(size) } {
-            Ok(p) => p,
-            Err(_) => {
-                // Out of memory: give the cached blocks back and try once more.
-                self.trim()?;
-                // SAFETY: as above.
-                unsafe { result::malloc_sync(size) }.ctx(|| format!("allocating {size} bytes of device memory"))?
-            }
-        };
-        lock(&self.pool).reserved += size;
-        Ok((ptr, size))
-    }
-
-    /// Returns a block to the pool. The caller guarantees no queued work uses it.
-    pub fn release(&self, ptr: sys::CUdeviceptr, size: usize) {
-        lock(&self.pool).free.entry(size).or_default().push(ptr);
-    }
-
-    /// Frees every cached block.
-    pub fn trim(&self) -> Result<()> {
-        let blocks: Vec<(usize, Vec<sys::CUdeviceptr>)> = lock(&self.pool).free.drain().collect();
-        self.bind()?;
-        for (size, ptrs) in blocks {
-            for p in ptrs {
-                // SAFETY: pooled blocks are unused and were allocated by malloc_sync.
-                unsafe { result::free_sync(p) }.ctx(|| "freeing device memory".into())?;
-                lock(&self.pool).reserved -= size;
-            }
-        }
-        Ok(())
-    }
-
-    /// Bytes currently held by the allocator (in use or cached).
-    pub fn reserved_bytes(&self) -> usize {
-        lock(&self.pool).reserved
-    }
-
-    /// Loads a module now (and all its functions), outside any overlapped run.
-    pub fn preload(&self, module: &'static PtxModule) -> Result<()> {
-        self.module(module).map(|_| ())
     }
 
     /// The CUfunction of `entry` in `module`, loading the module on first use and opting
@@ -185,7 +125,7 @@ impl CudaDevice {
             Some(f) => *f,
             None => {
                 let name =
-                    CString::new(entry).map_err(|_| Error::Invalid(format!("kernel name `{entry}` contains NUL")))?;
+                    CString::new(entry).map_err(|_| Error::Internal(format!("kernel name `{entry}` contains NUL")))?;
                 self.bind()?;
                 let mut func: sys::CUfunction = std::ptr::null_mut();
                 // SAFETY: module is a live module handle; name is NUL-terminated.
@@ -241,7 +181,7 @@ impl CudaDevice {
             ))
         })?;
         let image =
-            CString::new(src).map_err(|_| Error::Invalid(format!("the PTX of `{}` contains NUL", module.name)))?;
+            CString::new(src).map_err(|_| Error::Internal(format!("the PTX of `{}` contains NUL", module.name)))?;
         self.bind()?;
         let mut m: sys::CUmodule = std::ptr::null_mut();
         // SAFETY: image is a NUL-terminated PTX text; the context is bound.
@@ -273,40 +213,76 @@ impl CudaDevice {
         lock(&self.modules).insert(module.key(), loaded.clone());
         Ok(loaded)
     }
+}
 
-    /// A new non-blocking stream.
-    pub fn new_stream(&self) -> Result<Arc<CudaStream>> {
-        self.ctx.new_stream().ctx(|| "creating a stream".into())
+impl DeviceBackend for CudaDevice {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn limits(&self) -> DeviceLimits {
+        self.limits
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<(u64, usize)> {
+        self.pool.alloc(&self.ctx, bytes, &self.name)
+    }
+
+    unsafe fn release(&self, addr: u64, capacity: usize) {
+        // SAFETY: the caller's contract is the pool's.
+        unsafe { self.pool.release(addr, capacity) }
+    }
+
+    fn reserved_bytes(&self) -> usize {
+        self.pool.reserved_bytes()
+    }
+
+    unsafe fn write(&self, dst: u64, src: &[u8]) -> BackendResult<()> {
+        self.bind()?;
+        // SAFETY: the range lies inside a live allocation (the caller's contract).
+        unsafe { cudarc::driver::result::memcpy_htod_sync(dst, src) }
+            .ctx(|| format!("copying {} bytes to the device", src.len()))?;
+        Ok(())
+    }
+
+    unsafe fn read(&self, src: u64, dst: &mut [u8]) -> BackendResult<()> {
+        self.bind()?;
+        // SAFETY: the range lies inside a live allocation (the caller's contract).
+        unsafe { cudarc::driver::result::memcpy_dtoh_sync(dst, src) }
+            .ctx(|| format!("copying {} bytes from the device", dst.len()))?;
+        Ok(())
+    }
+
+    fn synchronize(&self) -> BackendResult<()> {
+        self.ctx.synchronize().ctx(|| "synchronising the device".into())?;
+        Ok(())
+    }
+
+    fn preload(&self, module: &'static PtxModule) -> Result<()> {
+        self.module(module).map(|_| ())
+    }
+
+    fn new_stream(self: Arc<Self>) -> Result<Box<dyn StreamBackend>> {
+        let stream = self.ctx.new_stream().ctx(|| "creating a stream".into())?;
+        Ok(Box::new(stream::CudaStreamBackend::new(self, stream, None)))
+    }
+
+    fn partition_stream(self: Arc<Self>, sms: u32) -> Result<(Box<dyn StreamBackend>, u32)> {
+        partition::green_stream(self, sms)
     }
 }
 
 impl Drop for CudaDevice {
     fn drop(&mut self) {
         let _ = self.ctx.synchronize();
-        let _ = self.trim();
+        let _ = self.pool.trim(&self.ctx);
         for m in lock(&self.modules).values() {
             // SAFETY: the device is idle and nothing uses the module any more.
             let _ = unsafe { sys::cuModuleUnload(m.module) };
         }
-    }
-}
-
-/// Locks a mutex, recovering the data if a panicking thread poisoned it (the runtime's
-/// maps stay consistent across a panic: every update is a single insert/remove).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn size_classes() {
-        assert_eq!(round_size(0), 512);
-        assert_eq!(round_size(513), 1024);
-        assert_eq!(round_size(1 << 20), 1 << 20);
-        assert_eq!(round_size((1 << 20) + 1), 2 << 20);
-        assert_eq!(round_size(5 << 20), 6 << 20);
     }
 }

@@ -1,11 +1,12 @@
 //! [`Graph`]: a captured AsyncStream program, replayable with one launch.
 
-use crate::async_stream::{AsyncStream, CpuOp};
-use crate::backend::cuda::lock;
+use super::AsyncStream;
+use crate::backend::GraphBackend;
 use crate::buffer::Buffer;
 use crate::device::Device;
-use crate::error::{CudaContext as _, Error, Result};
-use crate::launch::TiledHandle;
+use crate::error::{Error, Result};
+use crate::launch::{LaunchTarget as _, TiledHandle};
+use crate::mutex::lock;
 use crate::order::{self, TiledUse};
 use crate::runtime;
 use crate::tiled::{Phase, TiledState};
@@ -13,11 +14,11 @@ use megaops_device::sync::EPOCH_STRIDE;
 use megaops_runtime_kernels::FillSpan;
 use std::sync::Arc;
 
-/// A replayable program recorded by [`AsyncStream::capture`]: a CUDA graph on a GPU, a
-/// recorded launch list on the CPU backend. It keeps every buffer it uses alive.
+/// A replayable program recorded by [`AsyncStream::capture`]: a CUDA graph on a GPU, the
+/// virtual GPU's graph on the CPU backend. It keeps every buffer it uses alive.
 pub struct Graph {
     device: Device,
-    body: GraphBody,
+    body: Box<dyn GraphBackend>,
     restores: Vec<SemaphoreRestore>,
     _buffers: Vec<Arc<Buffer>>,
 }
@@ -57,15 +58,10 @@ impl SemaphoreRestore {
     }
 }
 
-pub(crate) enum GraphBody {
-    Cuda(cudarc::driver::CudaGraph),
-    Cpu(Vec<CpuOp>),
-}
-
 impl Graph {
     pub(crate) fn new(
         device: Device,
-        body: GraphBody,
+        body: Box<dyn GraphBackend>,
         restores: Vec<SemaphoreRestore>,
         buffers: Vec<Arc<Buffer>>,
     ) -> Graph {
@@ -104,32 +100,21 @@ impl Graph {
         for s in on.every_stream() {
             order::order_on(s, &uses, on.key())?;
         }
-        match &self.body {
-            GraphBody::Cuda(g) => {
-                // The graph runs on the stream it was captured from: order it after all
-                // of `on`'s streams, and them after it.
-                let s0 = &on.streams()[0];
-                for s in on.streams().iter().skip(1).chain(on.partition().map(|p| p.stream())) {
-                    s0.wait_event(&s.record_marker()?)?;
-                }
-                let resets: Vec<&SemaphoreRestore> = self.restores.iter().filter(|r| r.needs_reset()).collect();
-                let spans: Vec<FillSpan> = resets.iter().map(|r| r.span()).collect();
-                let keep: Vec<Arc<Buffer>> = resets.iter().map(|r| r.handle.sema.clone()).collect();
-                runtime::fill_spans(s0, &spans, &keep)?;
-                g.launch().ctx(|| "launching a graph".into())?;
-                order::record(&uses, on.key(), &Arc::new(s0.record_marker()?));
-                on.wait_on(s0)?;
-            }
-            GraphBody::Cpu(ops) => {
-                let restores = self.restores.iter().filter(|r| r.needs_reset()).map(|r| CpuOp::Fill {
-                    buffer: r.handle.sema.clone(),
-                    words: r.handle.sema_count,
-                    value: r.value(),
-                });
-                let ops: Vec<CpuOp> = restores.chain(ops.iter().cloned()).collect();
-                on.replay_cpu(&ops)?;
-            }
+        // The graph runs on stream 0: order it after all of `on`'s streams, and them
+        // after it.
+        let s0 = &on.streams()[0];
+        for s in on.every_stream().skip(1) {
+            s0.wait_event(&s.record_marker()?)?;
         }
+        let resets: Vec<&SemaphoreRestore> = self.restores.iter().filter(|r| r.needs_reset()).collect();
+        let spans: Vec<FillSpan> = resets.iter().map(|r| r.span()).collect();
+        let keep: Vec<Arc<Buffer>> = resets.iter().map(|r| r.handle.sema.clone()).collect();
+        // SAFETY: each span is the semaphore array of a tensor whose semaphore buffer is
+        // in `keep`.
+        unsafe { runtime::fill_spans(s0, &spans, &keep)? };
+        s0.launch_graph(self.body.as_ref())?;
+        order::record(&uses, on.key(), &Arc::new(s0.record_marker()?));
+        on.wait_on(s0)?;
         // The next eager launch runs after the whole replay: it must not wait for the
         // begin flag of a launch made before it (the graph resets the flag).
         on.forget_previous_launch();
@@ -144,11 +129,6 @@ impl Graph {
 
     /// Uploads the graph's resources so the first replay does not pay for it (GPU only).
     pub fn upload(&self) -> Result<()> {
-        match &self.body {
-            GraphBody::Cuda(g) => g.upload().ctx(|| "uploading a graph".into()),
-            GraphBody::Cpu(_) => Ok(()),
-        }
+        self.body.upload()
     }
 }
-
-use crate::launch::LaunchTarget as _;

@@ -21,22 +21,26 @@
 //! - **No-overlap mode** ([`AsyncStream::serial`]) runs the very same kernels on one
 //!   stream, for ablations.
 
-use crate::backend::cuda::lock;
-use crate::buffer::Buffer;
-use crate::device::{Device, DeviceBackend};
-use crate::error::{CudaContext as _, Error, Result};
-use crate::graph::{Graph, GraphBody, SemaphoreRestore};
+mod capture;
+mod graph;
+mod hazards;
+
+pub use graph::Graph;
+
+use crate::device::Device;
+use crate::error::{Error, Result};
 use crate::launch::{LaunchTarget, PreparedLaunch, TiledHandle};
+use crate::mutex::lock;
 use crate::notes::LaunchNote;
 use crate::order::{self, TargetKey};
 use crate::partition::SmPartition;
 use crate::runtime;
-use crate::stream::{Event, RawStream, Stream};
+use crate::stream::{Event, Stream};
 use crate::tensor::Tensor;
-use crate::tiled::{Phase, TiledState};
-use megaops_device::sync::{CtaRemap, EPOCH_STRIDE, KernelCtx, MAX_RANK};
-use megaops_runtime_kernels::FillSpan;
-use std::collections::HashMap;
+use crate::tiled::TiledState;
+use graph::SemaphoreRestore;
+use hazards::Hazards;
+use megaops_device::sync::{CtaRemap, KernelCtx, MAX_RANK};
 use std::sync::{Arc, Mutex};
 
 /// Several streams that run MegaOps kernels with tile-level overlap.
@@ -82,7 +86,7 @@ struct Inner {
     token: i32,
     /// The previous launch: stream index, begin token, kernel.
     prev: Option<(usize, i32, &'static str)>,
-    hazards: HashMap<u64, Hazard>,
+    hazards: Hazards,
     capture: Option<Capture>,
     /// While profiling: the spans of the launches made so far.
     profile: Option<Vec<LaunchSpan>>,
@@ -108,32 +112,10 @@ pub struct LaunchSpan {
     pub end: Event,
 }
 
-/// Last writer and readers (per stream, latest event) of one buffer.
-#[derive(Default)]
-struct Hazard {
-    write: Option<(usize, Arc<Event>)>,
-    reads: Vec<(usize, Arc<Event>)>,
-}
-
+/// A capture in progress.
 struct Capture {
     /// Semaphore restores: the tensor's state before the capture touched it.
     touched: Vec<(TiledHandle, TiledState)>,
-    /// CPU backend: the recorded program.
-    cpu_ops: Vec<CpuOp>,
-}
-
-/// One recorded operation of a CPU-backend capture; a replay submits the launches again
-/// through the AsyncStream (same stream choice, wait kernels and hazard waits).
-#[derive(Clone)]
-pub(crate) enum CpuOp {
-    /// A launch.
-    Launch(Arc<PreparedLaunch>),
-    /// After everything before it on every stream: set `words` words to `value`.
-    Fill {
-        buffer: Arc<Buffer>,
-        words: usize,
-        value: i32,
-    },
 }
 
 impl AsyncStream {
@@ -250,9 +232,9 @@ impl AsyncStream {
     }
 
     /// Starts (`true`) or stops collecting a [`LaunchSpan`] for every launch; starting
-    /// drops what was collected. Works for eager launches and, on a GPU, inside a
-    /// capture (the events are then graph nodes, recorded at every replay); the CPU
-    /// backend records no spans for captured launches.
+    /// drops what was collected. Works for eager launches and inside a capture (the
+    /// events are then graph nodes, recorded at every replay). Only a GPU's events time
+    /// ([`Event::elapsed_ms`]).
     pub fn set_profiling(&self, on: bool) {
         lock(&self.inner).profile = on.then(Vec::new);
     }
@@ -295,143 +277,8 @@ impl AsyncStream {
         for s in self.all_streams() {
             s.synchronize()?;
         }
-        let mut inner = lock(&self.inner);
-        inner.hazards.clear();
+        lock(&self.inner).hazards.clear();
         Ok(())
-    }
-
-    /// Records a whole program of launches on this AsyncStream into a replayable graph
-    /// (CUDA graph on a GPU; a recorded launch list on the CPU backend). Nothing runs
-    /// during the capture. Every replay starts from the semaphore state at capture time
-    /// (set again before each replay, so eager launches may run in between) and restores
-    /// it at the end; `Tiled` tensors the graph produces are left *complete* (readable
-    /// without waiting) once a replay is done.
-    pub fn capture(&self, body: impl FnOnce(&AsyncStream) -> Result<()>) -> Result<Graph> {
-        // Everything before the capture must be done: captured launches do not order
-        // after eager work, and the begin flag is reset inside the graph.
-        self.synchronize()?;
-        {
-            let mut inner = lock(&self.inner);
-            if inner.capture.is_some() {
-                return Err(Error::Invalid("AsyncStream::capture cannot be nested".into()));
-            }
-            inner.capture = Some(Capture {
-                touched: Vec::new(),
-                cpu_ops: Vec::new(),
-            });
-            inner.prev = None;
-            inner.hazards.clear();
-        }
-        let result = self.capture_inner(body);
-        let mut inner = lock(&self.inner);
-        inner.prev = None;
-        inner.hazards.clear();
-        let capture = inner.capture.take();
-        drop(inner);
-        let (graph_body, buffers) = result?;
-        let capture = capture.ok_or_else(|| Error::Invalid("capture state lost".into()))?;
-        // Host state matches the device after a replay (restored semaphores), but the data
-        // exists only once a replay has run: until then eager reads are refused.
-        for (h, before) in &capture.touched {
-            *lock(&h.state) = TiledState {
-                epoch: before.epoch,
-                phase: Phase::Captured,
-            };
-        }
-        let restores = capture
-            .touched
-            .iter()
-            .map(|(h, before)| SemaphoreRestore {
-                handle: h.clone(),
-                epoch: before.epoch,
-            })
-            .collect();
-        let body = match graph_body {
-            Some(g) => GraphBody::Cuda(g),
-            None => GraphBody::Cpu(capture.cpu_ops),
-        };
-        Ok(Graph::new(self.device.clone(), body, restores, buffers))
-    }
-
-    fn capture_inner(
-        &self,
-        body: impl FnOnce(&AsyncStream) -> Result<()>,
-    ) -> Result<(Option<cudarc::driver::CudaGraph>, Vec<Arc<Buffer>>)> {
-        for s in self.all_streams() {
-            s.begin_capture_retention();
-        }
-        let cuda = matches!(self.device.backend(), DeviceBackend::Cuda(_));
-        if cuda {
-            let RawStream::Cuda(s0) = self.streams[0].raw() else {
-                unreachable_backend()?
-            };
-            s0.begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
-                .ctx(|| "beginning a graph capture".into())?;
-            // Reset the begin flag inside the graph, then fork the other streams.
-            self.memset_d32(0, self.flag.addr(), 0, 1)?;
-            let fork = self.streams[0].record_marker()?;
-            for s in self.all_streams().skip(1) {
-                s.wait_event(&fork)?;
-            }
-        } else {
-            self.record_cpu(CpuOp::Fill {
-                buffer: self.flag.buffer().clone(),
-                words: 1,
-                value: 0,
-            });
-        }
-        let run = body(self);
-        // Join, restore semaphores, end the capture — also when the body failed.
-        let finish = (|| -> Result<Option<cudarc::driver::CudaGraph>> {
-            let touched: Vec<(TiledHandle, TiledState)> = lock(&self.inner)
-                .capture
-                .as_ref()
-                .map(|c| c.touched.clone())
-                .unwrap_or_default();
-            if cuda {
-                for s in self.all_streams().skip(1) {
-                    self.streams[0].wait_event(&s.record_marker()?)?;
-                }
-                let spans: Vec<FillSpan> = touched
-                    .iter()
-                    .map(|(h, before)| FillSpan {
-                        addr: h.sema.addr(),
-                        words: h.sema_count as u32,
-                        value: (before.epoch as i32).wrapping_mul(EPOCH_STRIDE),
-                    })
-                    .collect();
-                let keep: Vec<Arc<Buffer>> = touched.iter().map(|(h, _)| h.sema.clone()).collect();
-                runtime::fill_spans(&self.streams[0], &spans, &keep)?;
-                let RawStream::Cuda(s0) = self.streams[0].raw() else {
-                    unreachable_backend()?
-                };
-                let g = s0
-                    .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
-                    .ctx(|| "ending the graph capture".into())?
-                    .ok_or_else(|| Error::Invalid("the capture recorded an empty graph".into()))?;
-                Ok(Some(g))
-            } else {
-                for (h, before) in &touched {
-                    let value = (before.epoch as i32).wrapping_mul(EPOCH_STRIDE);
-                    self.record_cpu(CpuOp::Fill {
-                        buffer: h.sema.clone(),
-                        words: h.sema_count,
-                        value,
-                    });
-                }
-                Ok(None)
-            }
-        })();
-        let mut buffers: Vec<Arc<Buffer>> = self.all_streams().flat_map(|s| s.end_capture_retention()).collect();
-        buffers.push(self.flag.buffer().clone());
-        run?;
-        Ok((finish?, buffers))
-    }
-
-    fn record_cpu(&self, op: CpuOp) {
-        if let Some(c) = lock(&self.inner).capture.as_mut() {
-            c.cpu_ops.push(op);
-        }
     }
 
     /// Its identity as a launch target (see `order`).
@@ -448,59 +295,6 @@ impl AsyncStream {
     pub(crate) fn forget_previous_launch(&self) {
         lock(&self.inner).prev = None;
     }
-
-    pub(crate) fn memset_d32(&self, stream: usize, addr: u64, value: i32, words: usize) -> Result<()> {
-        let RawStream::Cuda(s) = self.streams[stream].raw() else {
-            return unreachable_backend();
-        };
-        // SAFETY: `addr` is a device buffer of at least `words` 32-bit words kept alive by
-        // the caller (semaphores of a Tiled tensor, or the begin flag).
-        unsafe { cudarc::driver::sys::cuMemsetD32Async(addr, value as u32, words, s.cu_stream()) }
-            .result()
-            .ctx(|| "enqueueing a 32-bit memset".into())
-    }
-
-    /// Stream-level waits a launch needs on stream `s` for its plain-tensor hazards.
-    fn hazard_waits(inner: &Inner, s: usize, launch: &PreparedLaunch) -> Vec<Arc<Event>> {
-        let mut waits: Vec<Arc<Event>> = Vec::new();
-        for a in &launch.accesses {
-            let Some(h) = inner.hazards.get(&a.buffer.addr()) else {
-                continue;
-            };
-            let other = |(i, e): &(usize, Arc<Event>)| (*i != s).then(|| e.clone());
-            // Read-after-write needs a wait unless semaphores order it.
-            if !a.synced || a.write {
-                waits.extend(h.write.iter().filter_map(other));
-            }
-            // Write-after-read: earlier readers on other streams must be done.
-            if a.write {
-                waits.extend(h.reads.iter().filter_map(other));
-            }
-        }
-        waits
-    }
-
-    fn record_hazards(inner: &mut Inner, s: usize, launch: &PreparedLaunch, event: &Arc<Event>) {
-        for a in &launch.accesses {
-            let h = inner.hazards.entry(a.buffer.addr()).or_default();
-            if a.write {
-                h.write = Some((s, event.clone()));
-                h.reads.clear();
-            } else {
-                h.reads.retain(|(i, _)| *i != s);
-                h.reads.push((s, event.clone()));
-            }
-        }
-        if inner.capture.is_none() && inner.hazards.len() > 4096 {
-            inner.hazards.retain(|_, h| {
-                h.write.as_ref().is_some_and(|(_, e)| !e.is_complete()) || h.reads.iter().any(|(_, e)| !e.is_complete())
-            });
-        }
-    }
-}
-
-fn unreachable_backend<T>() -> Result<T> {
-    Err(Error::Invalid("stream and device backends differ".into()))
 }
 
 impl crate::launch::sealed::Sealed for AsyncStream {}
@@ -541,7 +335,12 @@ impl LaunchTarget for AsyncStream {
             launch.buffers.push(log);
         }
         if let Some(why) = launch.unreplayed.first().filter(|_| !capturing) {
-            return Err(Error::Tiling(why.clone()));
+            return Err(Error::Tiling {
+                kind: crate::error::TilingErrorKind::NotYetReplayed,
+                kernel: Some(launch.kernel.to_string()),
+                tensor: None,
+                message: why.clone(),
+            });
         }
         if capturing {
             // A graph cannot wait for work outside it: what other targets still run on
@@ -600,24 +399,18 @@ impl LaunchTarget for AsyncStream {
             }
         }
 
-        if let Some(c) = inner.capture.as_mut().filter(|_| !self.device.is_cuda()) {
-            // CPU backend: record only; a replay submits it again.
-            c.cpu_ops.push(CpuOp::Launch(Arc::new(launch)));
-            return Ok(id);
-        }
-
-        for e in Self::hazard_waits(&inner, s, &launch) {
+        for e in inner.hazards.waits(s, &launch.accesses) {
             stream.wait_event(&e)?;
         }
         order::order_on(stream, &launch.uses, self.key)?;
         if let Some((token, ctx)) = wait {
-            runtime::wait_begin(stream, &self.flag, token, ctx)?;
+            runtime::wait_begin(stream, self.flag.buffer(), token, ctx)?;
         }
         let profiling = inner.profile.is_some();
-        let start = profiling.then(|| stream.record_timing_node(capturing)).transpose()?;
+        let start = profiling.then(|| stream.record_timing_node()).transpose()?;
         let event = launch.launch_on(stream)?;
         if let Some(start) = start {
-            let end = stream.record_timing_node(capturing)?;
+            let end = stream.record_timing_node()?;
             let span = LaunchSpan {
                 kernel: launch.kernel,
                 entry: launch.entry,
@@ -630,7 +423,7 @@ impl LaunchTarget for AsyncStream {
                 p.push(span);
             }
         }
-        Self::record_hazards(&mut inner, s, &launch, &event);
+        inner.hazards.record(s, &launch.accesses, &event, capturing);
         if !capturing {
             // (An event recorded inside a capture is a graph node, not something another
             // target could wait for; `Graph::launch` records the replay instead.)
@@ -639,48 +432,5 @@ impl LaunchTarget for AsyncStream {
         inner.prev = Some((s, inner.token, launch.kernel));
         inner.launches += 1;
         Ok(id)
-    }
-}
-
-impl AsyncStream {
-    /// Replays a CPU-backend recording (see [`Graph`]).
-    pub(crate) fn replay_cpu(&self, ops: &[CpuOp]) -> Result<()> {
-        lock(&self.inner).prev = None;
-        for op in ops {
-            match op {
-                CpuOp::Launch(l) => {
-                    let mut l = (**l).clone();
-                    l.ctx.begin_flag = std::ptr::null_mut();
-                    // The replay is what produces the captured tensors it reads.
-                    l.unreplayed.clear();
-                    self.submit(l)?;
-                }
-                CpuOp::Fill { buffer, words, value } => {
-                    // After all streams: join them into stream 0, then fill in order.
-                    for s in self.all_streams().skip(1) {
-                        self.streams[0].wait_event(&s.record_marker()?)?;
-                    }
-                    let addr = buffer.addr();
-                    let (words, value) = (*words, *value);
-                    let keep = buffer.clone();
-                    let RawStream::Cpu(id) = self.streams[0].raw() else {
-                        return unreachable_backend();
-                    };
-                    let DeviceBackend::Cpu(c) = self.device.backend() else {
-                        return unreachable_backend();
-                    };
-                    c.vgpu.enqueue(
-                        *id,
-                        Box::new(move || {
-                            let _keep = &keep;
-                            // SAFETY: `keep` holds the buffer of `words` words at `addr`.
-                            unsafe { std::slice::from_raw_parts_mut(addr as *mut i32, words) }.fill(value);
-                        }),
-                    );
-                }
-            }
-        }
-        lock(&self.inner).prev = None;
-        Ok(())
     }
 }
