@@ -16,12 +16,20 @@
 #   stream count (SWEEP_STREAMS), SWEEP_ROUNDS rounds, into $OUT/sweep.jsonl; with
 #   NVTX_CHECK=1 first the NVTX check (nvtx_check below) into $OUT/nvtx.log.
 #   nvtx: only the NVTX check.
+#   compare: TESTS' GPU tests, then the benchmark suites (arguments, default overlap:50
+#   mlp:25 gemv:40 gemm:40) for each binary of COMPARE_BINS (default "megaops-bench-before
+#   megaops-bench"), binaries interleaved per suite, COMPARE_ROUNDS rounds (default 2),
+#   each into $OUT/compare/<binary>-r<round>/ (results.md, results.jsonl).
 #   default suites: overlap:50 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30
 #   MEGAOPS_BENCH_BUDGET_S (default 25 here) caps the suites that stop adding shapes.
 set -u
 cd "$(dirname "$0")"
 what=${1:-all}; shift || true
-suites=("$@"); [ ${#suites[@]} -eq 0 ] && suites=(overlap:50 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30)
+suites=("$@")
+if [ ${#suites[@]} -eq 0 ]; then
+  if [ "$what" = compare ]; then suites=(overlap:50 mlp:25 gemv:40 gemm:40)
+  else suites=(overlap:50 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30); fi
+fi
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 export MEGAOPS_BENCH_BUDGET_S=${MEGAOPS_BENCH_BUDGET_S:-25} MEGAOPS_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 summary="$OUT/summary.txt"; : > "$summary"
@@ -178,6 +186,19 @@ for l in open(sys.argv[1]):
 for k, v in sorted(rows.items()):
     print("%-12s %-12s b=%-2d %-10s %-18s s=%d step_ms %s" % (k + (" ".join("%.4f" % x for x in v),)))
 ' "$OUT/sweep.jsonl" >> "$summary"
+fi
+if [ "$what" = compare ]; then
+  named_gpu_tests "$OUT/tests"
+  for r in $(seq 1 "${COMPARE_ROUNDS:-2}"); do
+    for st in "${suites[@]}"; do
+      s=${st%%:*}; sec=${st##*:}
+      for b in ${COMPARE_BINS:-megaops-bench-before megaops-bench}; do
+        d="$OUT/compare/$b-r$r"; mkdir -p "$d"
+        timeout -k 5 "$sec" "./$b" --out "$d" "$s" >> "$d/bench.log" 2>&1
+        echo "compare $b $s round $r: rc=$? at +$(( $(date +%s) - t0 ))s" >> "$summary"
+      done
+    done
+  done
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   for st in "${suites[@]}"; do
