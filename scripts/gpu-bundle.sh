@@ -4,7 +4,9 @@
 # The folder is packed as DIR/bundle.tar.xz (each test binary embeds the kernels' PTX text,
 # which compresses about tenfold); on the GPU machine:
 #   cd DIR && tar xJf bundle.tar.xz && cd gpu && OUT=$OUT ./gpu-run.sh all
-# Usage: scripts/gpu-bundle.sh [DIR]   (default .carry/gpu)
+# Usage: [BUNDLE_EXTRA="file ..."] scripts/gpu-bundle.sh [DIR]   (default .carry/gpu)
+#   BUNDLE_EXTRA: more executables to ship beside the bundle's (e.g. a megaops-bench built
+#   from an earlier commit, for `gpu-run.sh compare`), copied in and stripped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pack=${1:-.carry/gpu}
@@ -29,6 +31,7 @@ cargo build --release -p megaops-bench -p megaops-examples -p megaops-cli --bins
 cp target/release/megaops-bench target/release/megaops "$dir/"
 for b in target/release/fig1 target/release/mlp; do [ -f "$b" ] && cp "$b" "$dir/"; done
 cp scripts/gpu-run.sh "$dir/"
+for b in ${BUNDLE_EXTRA:-}; do cp "$b" "$dir/" && strip "$dir/$(basename "$b")" 2>/dev/null || true; done
 # The Python side: the SDPA baseline, the transformers comparison and the fixture maker.
 for f in bench/*.py; do [ -f "$f" ] && cp "$f" "$dir/"; done
 [ -d bench/py ] && cp -r bench/py "$dir/"
