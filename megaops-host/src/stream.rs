@@ -130,7 +130,8 @@ impl Stream {
     /// Enqueues setting the 32-bit words of `buffer` from word `first` on, `words` of
     /// them, to `value`; `buffer` is kept alive until it ran.
     pub(crate) fn fill_words(&self, buffer: &Arc<Buffer>, first: usize, words: usize, value: i32) -> Result<()> {
-        if first.checked_add(words).is_none_or(|end| end * 4 > buffer.len()) {
+        let end_byte = first.checked_add(words).and_then(|end| end.checked_mul(4));
+        if end_byte.is_none_or(|end| end > buffer.len()) {
             return Err(Error::Internal(format!(
                 "a fill of words {first}..{first}+{words} overruns a {}-byte buffer",
                 buffer.len()
@@ -195,5 +196,58 @@ impl Event {
             return Err(Error::Invalid("event timing needs two events of one device".into()));
         }
         self.backend.elapsed_ms(end.backend.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::Tensor;
+    use megaops_device::cpu::VgpuConfig;
+
+    /// A capture forked to a second stream and joined back replays both streams' work,
+    /// every time it is launched; nothing runs while capturing.
+    #[test]
+    fn a_joined_capture_replays_on_the_cpu_backend() -> Result<()> {
+        let device = Device::cpu(VgpuConfig::default())?;
+        let (s0, s1) = (Stream::new(&device)?, Stream::new(&device)?);
+        let t = Tensor::<i32>::zeros(&device, &[8])?;
+        s0.begin_capture()?;
+        s0.fill_words(t.buffer(), 0, 4, 7)?;
+        s1.wait_event(&s0.record_marker()?)?;
+        s1.fill_words(t.buffer(), 4, 4, 9)?;
+        s0.wait_event(&s1.record_marker()?)?;
+        let graph = s0.end_capture()?;
+        device.synchronize()?;
+        assert_eq!(t.to_vec()?, [0; 8], "a capture runs nothing");
+        for _ in 0..2 {
+            s0.launch_graph(graph.as_ref())?;
+            s0.synchronize()?;
+            assert_eq!(t.to_vec()?, [7, 7, 7, 7, 9, 9, 9, 9]);
+            t.fill(0)?;
+        }
+        Ok(())
+    }
+
+    /// Work forked to a stream that is not joined back fails the capture, as on CUDA;
+    /// so does waiting for work outside the capture.
+    #[test]
+    fn an_unjoined_capture_is_an_error() -> Result<()> {
+        let device = Device::cpu(VgpuConfig::default())?;
+        let (s0, s1, s2) = (Stream::new(&device)?, Stream::new(&device)?, Stream::new(&device)?);
+        let t = Tensor::<i32>::zeros(&device, &[4])?;
+        let outside = s2.record_marker()?;
+        s0.begin_capture()?;
+        let e = s0.wait_event(&outside).expect_err("a wait on work outside the capture");
+        assert!(e.to_string().contains("outside the capture"), "{e}");
+        s1.wait_event(&s0.record_marker()?)?;
+        s1.fill_words(t.buffer(), 0, 4, 1)?;
+        let e = s0.end_capture().err().expect("an unjoined stream");
+        assert!(matches!(e, Error::Internal(_)) && e.to_string().contains("not joined back"), "{e}");
+        // Both streams left the capture: they run work again.
+        s1.fill_words(t.buffer(), 0, 4, 3)?;
+        s1.synchronize()?;
+        assert_eq!(t.to_vec()?, [3; 4]);
+        Ok(())
     }
 }
