@@ -16,6 +16,7 @@ mod dump;
 mod error;
 mod graph;
 pub mod launch;
+mod launch_config;
 mod module;
 mod notes;
 pub mod nvtx;
