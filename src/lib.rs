@@ -50,8 +50,8 @@ pub mod __private {
     pub use megaops_device::cpu::{ProbeOther, ProbePointer, ReadProbe};
     #[cfg(not(target_arch = "nvptx64"))]
     pub use megaops_host::launch::{
-        AsInput, AsOutput, CheckedArith, ConfigInfo, Declared, KernelLaunch, LaunchOptions, LaunchTarget, OverflowSite,
-        TileDim, checked_op,
+        AsInput, AsOutput, CheckedArith, ConfigInfo, ConfigValue, Declared, KernelLaunch, LaunchOptions, LaunchTarget,
+        OverflowSite, TileDim, checked_op,
     };
     #[cfg(not(target_arch = "nvptx64"))]
     pub use megaops_host::{Error, PtxModule, R1, R2, R3, R4, Result, Tensor};

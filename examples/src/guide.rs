@@ -37,7 +37,10 @@ pub fn guide_run(dev: &megaops::Device, m: usize, n: usize) -> megaops::Result<V
     let mut z = Tensor::<f32>::zeros(dev, &[m, n])?;
     let (m32, n32) = (m as u32, n as u32); // kernel sizes are u32; shapes are checked
     guide_scale::launch(&s, &x, &mut y, m32, n32, 2.0)?; // producer: signals y's data tiles
-    let second = LaunchOptions::config(1); // the BM = 16 config
+    // The second launch takes the config with 16-row kernel tiles, found by its constants.
+    let bm16 = guide_scale::CONSTS.iter().position(|c| c.BM == 16);
+    let bm16 = bm16.ok_or_else(|| megaops::Error::Invalid("no BM = 16 config".into()))?;
+    let second = LaunchOptions::config(bm16);
     guide_scale::launch_with(&s, &second, &y, &mut z, m32, n32, 0.5)?; // waits per data tile
     z.to_vec() // waits for the work, reports tile-wait failures
 }

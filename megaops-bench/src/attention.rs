@@ -258,7 +258,7 @@ fn prefill_table(suite: &Suite) -> Result<Table> {
     );
     for (model, hq, hkv, d) in models() {
         for seq in [1024usize, 4096] {
-            let configs = (0..prefill_attention::CONFIGS.len()).filter(|&c| prefill::CONFIG_SHAPES[c].0 == d as u32);
+            let configs = (0..prefill_attention::CONFIGS.len()).filter(|&c| prefill_attention::CONSTS[c].D == d as u32);
             for config in configs {
                 for longest_first in [false, true] {
                     if suite.over_budget() {
@@ -301,7 +301,7 @@ fn prefill_case(
     let mut o = Tensor::<bf16>::zeros(suite.dev, &[seq, hq * d])?;
     let mut opts = LaunchOptions::config(config);
     if longest_first {
-        let bm = prefill::CONFIG_SHAPES[config].1;
+        let bm = prefill_attention::CONSTS[config].BM;
         opts = opts.remap(prefill::longest_first(
             suite.dev, seq as u32, seq as u32, bm, hq as u32,
         )?);

@@ -410,10 +410,7 @@ fn layout(
         let mut best_us = best.map(|(_, us)| us);
         let mut grouped_won = false;
         if let Some((cfg, us)) = best {
-            let (bm, bn) = matmul::CONFIGS
-                .get(cfg)
-                .and_then(gemm::config_tile)
-                .unwrap_or((128, 128));
+            let (bm, bn) = matmul::CONSTS.get(cfg).map_or((128, 128), |c| (c.BM, c.BN));
             let order = gemm::grouped_order(s.m as u32, s.n as u32, bm, bn, 8);
             let grouped = Tensor::from_slice(suite.dev, &[order.len()], &order).map(|t| Variant::Grouped(cfg, t));
             match grouped.and_then(|v| suite.time(s, &mut ops, &v, nn).map(|g| (v, g))) {

@@ -243,7 +243,10 @@ mod tests {
         s1.wait_event(&s0.record_marker()?)?;
         s1.fill_words(t.buffer(), 0, 4, 1)?;
         let e = s0.end_capture().err().expect("an unjoined stream");
-        assert!(matches!(e, Error::Internal(_)) && e.to_string().contains("not joined back"), "{e}");
+        assert!(
+            matches!(e, Error::Internal(_)) && e.to_string().contains("not joined back"),
+            "{e}"
+        );
         // Both streams left the capture: they run work again.
         s1.fill_words(t.buffer(), 0, 4, 3)?;
         s1.synchronize()?;

@@ -30,6 +30,17 @@ use megaops::device::static_shared;
 use megaops::device::thread::{lane_id, sync_threads, thread_idx_x, warp_id};
 use megaops::device::warp::warp_reduce_sum_f32;
 
+/// The tile configs of [`rmsnorm`] and [`add_rmsnorm`] (`configs = norm_configs!`): one
+/// list, so that one config choice serves both.
+macro_rules! norm_configs {
+    (#[$($kernel:tt)*] $($item:tt)*) => {
+        #[$($kernel)*]
+        #[config(BM = 1, THREADS = 256, V: usize = 4)]
+        #[config(BM = 4, THREADS = 256, V: usize = 4)]
+        $($item)*
+    };
+}
+
 /// `y = rmsnorm(x) · w` over rows of `h` elements: `y[r, i] = x[r, i] · rstd_r · w[i]`,
 /// `rstd_r = 1 / sqrt(mean_i(x[r, i]²) + eps)`, f32 arithmetic, bf16 in and out.
 ///
@@ -47,9 +58,8 @@ use megaops::device::warp::warp_reduce_sum_f32;
     output(y[m, h] = [pid_m: BM, _]),
     tensor(w[h]),
     check(h > 0, "the hidden size h must be positive"),
+    configs = norm_configs!,
 )]
-#[config(BM = 1, THREADS = 256, V: usize = 4)]
-#[config(BM = 4, THREADS = 256, V: usize = 4)]
 pub unsafe fn rmsnorm(x: *const bf16, w: *const bf16, y: *mut bf16, m: u32, h: u32, eps: f32) {
     let row0 = pid_m * BM;
     let rows = BM.min(m - row0);
@@ -94,9 +104,8 @@ pub unsafe fn rmsnorm(x: *const bf16, w: *const bf16, y: *mut bf16, m: u32, h: u
     output(res_out[m, h] = [pid_m: BM, _]),
     tensor(w[h]),
     check(h > 0, "the hidden size h must be positive"),
+    configs = norm_configs!,
 )]
-#[config(BM = 1, THREADS = 256, V: usize = 4)]
-#[config(BM = 4, THREADS = 256, V: usize = 4)]
 pub unsafe fn add_rmsnorm(
     x: *const bf16,
     res: *const bf16,

@@ -6,7 +6,6 @@
 
 use megaops::testing::{assert_close, cpu_device, fresh_seed, gpu_or_skip, random, random_ints};
 use megaops::{Device, LaunchOptions, Result, Stream, Tensor, bf16};
-use megaops_kernels::gemm::config_value;
 use megaops_kernels::rope::{INTERLEAVED, QK_NORM, RopeScaling, RopeTable, qk_norm_rope};
 
 const POISON: bf16 = bf16::from_bits(0xffc0);
@@ -219,8 +218,8 @@ fn rope_on_the_cpu_backend() -> Result<()> {
     let seed = fresh_seed("rope_on_the_cpu_backend");
     let dev = cpu_device(seed)?;
     let mut k = 0u64;
-    for (config, info) in qk_norm_rope::CONFIGS.iter().enumerate() {
-        let d = config_value(info, "D").expect("every config sets D") as usize;
+    for (config, consts) in qk_norm_rope::CONSTS.iter().enumerate() {
+        let d = consts.D as usize;
         for flags in [0, QK_NORM, INTERLEAVED, QK_NORM | INTERLEAVED] {
             k += 1;
             let (m, hq, hkv) = [(1, 4, 2), (5, 3, 1), (3, 2, 2)][k as usize % 3];
@@ -254,16 +253,9 @@ fn rope_on_the_gpu_at_model_sizes() -> Result<()> {
     for (i, &(d, hq, hkv, flags, llama3)) in shapes.iter().enumerate() {
         // Every config of this head dim: the one-token configs at decode sizes, the
         // four-token ones at a prefill size.
-        let configs = qk_norm_rope::CONFIGS
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| config_value(c, "D") == Some(d as u32));
-        for (j, (config, info)) in configs.enumerate() {
-            let ms: &[usize] = if config_value(info, "BM") == Some(1) {
-                &[1, 16]
-            } else {
-                &[1000]
-            };
+        let configs = qk_norm_rope::CONSTS.iter().enumerate().filter(|(_, c)| c.D == d as u32);
+        for (j, (config, consts)) in configs.enumerate() {
+            let ms: &[usize] = if consts.BM == 1 { &[1, 16] } else { &[1000] };
             for &m in ms {
                 let c = Case {
                     d,

@@ -230,7 +230,7 @@ impl Kernel {
                         split,
                     });
                 }
-                ArgItem::Unknown { .. } => {}
+                ArgItem::Unknown { .. } | ArgItem::Configs { .. } => {}
             }
         }
         kernel.args = args;
@@ -376,7 +376,8 @@ impl Param {
     }
 }
 
-fn classify(ty: &Type) -> ParamKind {
+/// How a parameter of type `ty` crosses the PTX ABI.
+pub fn classify(ty: &Type) -> ParamKind {
     match ty {
         Type::Ptr(p) if p.mutability.is_some() => ParamKind::MutPtr((*p.elem).clone()),
         Type::Ptr(p) => ParamKind::ConstPtr((*p.elem).clone()),

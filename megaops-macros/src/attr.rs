@@ -11,6 +11,7 @@
 //!               | "tensor" "(" IDENT "[" expr,* "]" ")" // shape of a plain pointer parameter
 //!               | "scratch" "(" IDENT "[" expr "]" ")"  // a workspace of at least expr elements
 //!               | "check" "(" expr "," LIT-STR ")"      // a precondition the launcher checks
+//!               | "configs" "=" path "!"                // a shared list of #[config]s
 //!               | "persistent" | "debug"
 //! axis         := IDENT "=" expr                        // axis name and extent (tiles)
 //! sync         := IDENT "[" expr,* "]" "=" "[" coord,* "]" ("," option)*
@@ -28,6 +29,7 @@
 
 use crate::ctxt::Ctxt;
 use proc_macro2::{TokenStream, TokenTree};
+use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::discouraged::Speculative;
 use syn::parse::{ParseStream, Parser};
@@ -35,7 +37,7 @@ use syn::punctuated::Punctuated;
 use syn::{Attribute, Expr, Ident, Token, Type, bracketed, parenthesized, token};
 
 /// The annotation keys `#[megaops::kernel(...)]` understands, for messages.
-pub const KEYS: &str = "`block`, `smem`, `tiles(...)`, `input(...)`, `output(...)`, `tensor(...)`, `scratch(...)`, `check(...)`, `min_ctas`, `persistent`, `debug`";
+pub const KEYS: &str = "`block`, `smem`, `tiles(...)`, `input(...)`, `output(...)`, `tensor(...)`, `scratch(...)`, `check(...)`, `min_ctas`, `configs`, `persistent`, `debug`";
 
 /// The parsed arguments of `#[megaops::kernel(...)]`, in the order written.
 #[derive(Default)]
@@ -94,6 +96,13 @@ pub enum ArgItem {
         cond: Expr,
         /// What to tell the caller when it is false.
         message: syn::LitStr,
+    },
+    /// `configs = list!`: the tile configs come from the `macro_rules!` list `list`.
+    Configs {
+        /// The `configs` keyword.
+        key: Ident,
+        /// The list macro's path.
+        list: syn::Path,
     },
     /// `persistent`.
     Persistent {
@@ -356,6 +365,23 @@ fn parse_item(input: ParseStream) -> syn::Result<ArgItem> {
                 count: input.parse()?,
             })
         }
+        "configs" => {
+            let form = "`configs = list_name!` (a `macro_rules!` list of `#[config(...)]`s)";
+            expect_eq(input, &key, form)?;
+            let list =
+                syn::Path::parse_mod_style(input).map_err(|e| syn::Error::new(e.span(), format!("expected {form}")))?;
+            if !input.peek(Token![!]) {
+                return Err(syn::Error::new_spanned(
+                    &list,
+                    format!(
+                        "expected `{}!`: the config list is a macro",
+                        crate::text::tokens_text(list.to_token_stream())
+                    ),
+                ));
+            }
+            input.parse::<Token![!]>()?;
+            Ok(ArgItem::Configs { key, list })
+        }
         "persistent" => {
             expect_flag(input, &key)?;
             Ok(ArgItem::Persistent { key })
@@ -502,6 +528,31 @@ fn parse_option(input: ParseStream) -> syn::Result<SyncOption> {
         .parse()
         .map_err(|e| syn::Error::new(e.span(), "expected the name of the split-K axis, e.g. `split = pid_k`"))?;
     Ok(SyncOption::Split { key, axis })
+}
+
+/// `configs = list!` of the annotation `tokens` as the list's path and the annotation
+/// without that item, when that item is the first `configs` and parses.
+pub fn configs_list(tokens: &TokenStream) -> Option<(syn::Path, TokenStream)> {
+    let mut items: Vec<Vec<TokenTree>> = vec![Vec::new()];
+    for tt in tokens.clone() {
+        match &tt {
+            TokenTree::Punct(p) if p.as_char() == ',' => items.push(Vec::new()),
+            _ => items.last_mut()?.push(tt),
+        }
+    }
+    let is_configs = |item: &Vec<TokenTree>| matches!(item.first(), Some(TokenTree::Ident(i)) if i == "configs");
+    let at = items.iter().position(is_configs)?;
+    let item: TokenStream = items[at].iter().cloned().collect();
+    let list = match Parser::parse2(parse_item, item) {
+        Ok(ArgItem::Configs { list, .. }) => list,
+        _ => return None,
+    };
+    let rest = items
+        .iter()
+        .enumerate()
+        .filter(|(i, item)| *i != at && !item.is_empty())
+        .map(|(_, item)| item.iter().cloned().collect::<TokenStream>());
+    Some((list, quote::quote!(#(#rest),*)))
 }
 
 /// Whether `attr` is the helper attribute `#[config(...)]`.

@@ -1,18 +1,25 @@
 //! What the macro emits when the kernel has errors: every error as a `compile_error!`,
-//! and the user's function with the helper attributes removed, so that the rest of the
-//! crate (and the IDE) still sees it and one mistake does not bury the user under
-//! follow-up errors. The body keeps compiling on its own: the axis names are bound to
-//! `0u32` and the first config's constants are defined, as in a real expansion.
+//! the user's function with the helper attributes removed, and (for a free function) a
+//! stub of its launcher module, so that the rest of the crate (and the IDE) still sees
+//! both and one mistake gives one error, not follow-ups in the body or at every call
+//! site (as thiserror's `fallback.rs`). The body keeps compiling on its own: the axis
+//! names are bound to `0u32` and the first config's constants are defined, as in a real
+//! expansion.
 
-use crate::ast::Kernel;
-use crate::attr;
-use proc_macro2::{Delimiter, Group, TokenStream, TokenTree};
-use quote::{ToTokens, quote};
+use crate::ast::{Kernel, ParamKind};
+use crate::{attr, paths};
+use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
+use quote::{ToTokens, format_ident, quote};
 use syn::{Ident, ItemFn};
 
-/// The errors followed by the stripped function.
-pub fn emit(errors: Vec<syn::Error>, kernel: Option<&Kernel>, item: Option<ItemFn>) -> TokenStream {
+/// The errors followed by the stripped function and, when `stub` (the function is free:
+/// an `impl` or `trait` block cannot hold a module), the launcher stub.
+pub fn emit(errors: Vec<syn::Error>, kernel: Option<&Kernel>, item: Option<ItemFn>, stub: bool) -> TokenStream {
     let errors = errors.into_iter().map(|e| e.to_compile_error());
+    let stub = match (&item, stub) {
+        (Some(f), true) => launcher_stub(f, kernel),
+        _ => TokenStream::new(),
+    };
     let item = item.map(|mut f| {
         f.attrs.retain(|a| !attr::is_config(a));
         if let Ok(block) = syn::parse2(strip_prefetch(f.block.to_token_stream())) {
@@ -45,7 +52,97 @@ pub fn emit(errors: Vec<syn::Error>, kernel: Option<&Kernel>, item: Option<ItemF
         }
         quote!(#[allow(dead_code, unused)] #f)
     });
-    quote!(#(#errors)* #item)
+    quote!(#(#errors)* #item #stub)
+}
+
+/// `mod name` as the real expansion names it (host only), with empty `CONFIGS` and
+/// `CONSTS`, a `Consts` with the first config's typed constants, and `launch` /
+/// `launch_with` taking what the call sites pass: a pointer parameter takes `&A` /
+/// `&mut A` for any `A` (so `&mut t` and a `&mut` variable are reborrowed, not moved), a
+/// value of a primitive type that type (so literals infer as in the real launcher), any
+/// other value any `A`. Never called: the crate does not compile.
+fn launcher_stub(f: &ItemFn, kernel: Option<&Kernel>) -> TokenStream {
+    let (name, vis) = (&f.sig.ident, &f.vis);
+    let cfgs = f.attrs.iter().filter(|a| a.path().is_ident("cfg"));
+    let (launch_target, launch_options, config_info, result) = (
+        paths::launch_target(),
+        paths::launch_options(),
+        paths::config_info(),
+        paths::result(),
+    );
+    let mut generics: Vec<TokenStream> = Vec::new();
+    let mut args: Vec<TokenStream> = Vec::new();
+    for (i, input) in f.sig.inputs.iter().enumerate() {
+        let arg = Ident::new(&format!("__megaops_arg{i}"), Span::mixed_site());
+        let generic = format_ident!("__MegaopsArg{}", i);
+        let ty = match input {
+            syn::FnArg::Typed(pt) => match crate::ast::classify(&pt.ty) {
+                ParamKind::ConstPtr(_) => Some(quote!(&#generic)),
+                ParamKind::MutPtr(_) => Some(quote!(&mut #generic)),
+                ParamKind::Value if crate::expand::primitive(&pt.ty).is_some() => {
+                    let ty = &pt.ty;
+                    args.push(quote!(#arg: #ty));
+                    continue;
+                }
+                _ => None,
+            },
+            syn::FnArg::Receiver(_) => None,
+        };
+        match ty {
+            Some(ty) => {
+                args.push(quote!(#arg: #ty));
+                generics.push(quote!(#generic: ?Sized));
+            }
+            None => {
+                args.push(quote!(#arg: #generic));
+                generics.push(quote!(#generic));
+            }
+        }
+    }
+    let fields = kernel
+        .and_then(|k| k.configs.first())
+        .iter()
+        .flat_map(|c| &c.consts)
+        .filter_map(|c| {
+            let (name, ty) = (&c.name, c.ty.as_ref()?);
+            crate::expand::primitive(ty)?;
+            Some(quote!(pub #name: #ty,))
+        })
+        .collect::<Vec<_>>();
+    let (on, opts) = (
+        Ident::new("__megaops_on", Span::mixed_site()),
+        Ident::new("__megaops_opts", Span::mixed_site()),
+    );
+    let unreachable = quote!(::core::unreachable!(
+        "`#[megaops::kernel]` reported errors for this kernel"
+    ));
+    quote! {
+        #[cfg(not(target_arch = "nvptx64"))]
+        #(#cfgs)*
+        #[allow(dead_code, unused, non_camel_case_types, non_snake_case, missing_docs, clippy::all)]
+        #vis mod #name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            pub struct Consts { #(#fields)* }
+
+            pub const CONFIGS: &[#config_info] = &[];
+
+            pub const CONSTS: &[Consts] = &[];
+
+            pub fn launch<#(#generics),*>(#on: &impl #launch_target, #(#args),*) -> #result<()> {
+                #unreachable
+            }
+
+            pub fn launch_with<#(#generics),*>(
+                #on: &impl #launch_target,
+                #opts: &#launch_options,
+                #(#args),*
+            ) -> #result<()> {
+                #unreachable
+            }
+        }
+    }
 }
 
 /// Every name the annotation uses as an axis (declared, selecting a tile or splitting).

@@ -14,7 +14,8 @@
 //! - `expand/`: `device` (one body generator for the PTX entry and the CPU-backend
 //!   function), `sync` (regions, waits, signals), `launcher` (the host module); it never
 //!   discovers user errors;
-//! - `fallback`: on error, the errors plus the user's function without helper attributes;
+//! - `fallback`: on error, the errors plus the user's function without helper attributes
+//!   and (for a free function) a stub of its launcher module;
 //! - `paths`: every generated path, all through `::megaops::__private`;
 //! - `site`: whether the function sits in an `impl` or `trait` block (its source file
 //!   tells), where a kernel cannot go;
@@ -82,6 +83,7 @@ use proc_macro2::TokenStream;
 ///     scratch(P[LEN]),                   // a plain pointer P to at least LEN elements
 ///     check(COND, "MESSAGE"),            // a launch-time condition on the parameters
 ///     min_ctas = EXPR,                   // launch bounds: `.maxntid` (block) + `.minnctapersm`
+///     configs = LIST!,                   // the #[config]s from a shared list (see below)
 ///     persistent,                        // CTAs loop over kernel tiles
 ///     debug,                             // print the expansion to stderr when compiling
 /// )]
@@ -139,6 +141,28 @@ use proc_macro2::TokenStream;
 ///   (`64usize`, `(2.0f32)`), `x as T` is `T`, `true`/`false` are `bool`, arithmetic on
 ///   other constants has their type. An unsuffixed float is an error (`f32` or `f64`?).
 ///   Without `#[config]` there is one implicit config without constants.
+/// - **Shared config lists.** `configs = LIST!` gives the kernel the `#[config]`s of a
+///   `macro_rules!` list instead of its own, so that kernels with the same tiles (a kernel
+///   and its split-K twin) write them once and config `i` is the same tile in each. The
+///   list receives the kernel (its annotation first, without `configs = ..`) and puts its
+///   `#[config]`s after the annotation:
+///
+///   ```ignore
+///   macro_rules! tiles {
+///       (#[$($kernel:tt)*] $($item:tt)*) => {
+///           #[$($kernel)*]
+///           #[config(BN = 64, WK = 2)]
+///           #[config(BN = 128, WK = 1)]
+///           $($item)*
+///       };
+///   }
+///   #[megaops::kernel(block = 2 * BN * WK, output(y[n] = [pid_n: BN]), configs = tiles!)]
+///   pub unsafe fn gemv(y: *mut f32, n: u32) { /* ... */ }
+///   ```
+///
+///   The list must be in scope where the kernel is (defined above it, or imported), and
+///   the kernel then has no `#[config]` of its own. PTX entry names are as if the
+///   `#[config]`s were written on the kernel.
 /// - **Grid.** The axes of `tiles(...)` in that order; otherwise every axis the tilings
 ///   select, in order of first appearance with outputs before inputs, each with extent
 ///   `DIM.div_ceil(SIZE)` of the first output (else input) dimension it selects. A split
@@ -188,8 +212,14 @@ use proc_macro2::TokenStream;
 ///
 /// On the host, `mod name` (the kernel's visibility; its docs plus a generated
 /// description of the grid, each tensor's kernel tile and the configs) holds
-/// `CONFIGS: &[ConfigInfo]`, `launch(on, args..)` and `launch_with(on, &LaunchOptions,
-/// args..)`. An input `x: *const T` of rank R is passed as `&(impl AsInput<T, R> +
+/// `CONFIGS: &[ConfigInfo]`, `Consts` and `CONSTS: &[Consts]`, `launch(on, args..)` and
+/// `launch_with(on, &LaunchOptions, args..)`. The configs' constants are typed data the
+/// host reads, so that code picks a config by its properties, never by its index or by
+/// parsing its name: `CONFIGS[i].consts` lists `(NAME, ConfigValue)` pairs (constants of
+/// primitive types: integers, floats, `bool`) with accessors (`CONFIGS[i].u32("BN")`,
+/// `.usize(..)`, `.bool(..)`, `.int(..)` for any integer type, `.get(..)`), and
+/// `CONSTS[i]` is a `Consts { BN: u32, .. }` with one field per constant, named and typed
+/// as written (`name::CONSTS.iter().position(|c| c.BN == 128 && c.WK == 1)`). An input `x: *const T` of rank R is passed as `&(impl AsInput<T, R> +
 /// ?Sized)` (a `Tensor<T>`, or a `Tiled<T, D>` whose tiling `D` has rank R), an output as
 /// `&mut (impl AsOutput<T, R> + ?Sized)`, other `*const T`/`*mut T` as `&Tensor<T>`/`&mut
 /// Tensor<T>`, values as they are. The launcher loads `crate::__MEGAOPS_PTX`
@@ -209,9 +239,12 @@ use proc_macro2::TokenStream;
 /// # Errors
 ///
 /// Every mistake is reported at the tokens that cause it, all at once; the function is
-/// still emitted (helper attributes removed, axes and the first config's constants bound)
-/// so that follow-up errors stay out of the way. `tests/ui` in the `megaops` package has
-/// one case per message.
+/// still emitted (helper attributes removed, axes and the first config's constants bound),
+/// and so is a stub of its launcher module (`CONFIGS` and `CONSTS` empty, `launch` /
+/// `launch_with` taking what call sites pass, `&mut` arguments reborrowed), so that
+/// follow-up errors in the body and at the call sites stay out of the way: one mistake,
+/// one error. (A kernel in an `impl` or `trait` block gets no stub: a module cannot go
+/// there.) `tests/ui` in the `megaops` package has one case per message.
 #[proc_macro_attribute]
 pub fn kernel(attr: proc_macro::TokenStream, item: proc_macro::TokenStream) -> proc_macro::TokenStream {
     expand_kernel(attr.into(), item.into(), site::container_of).into()
@@ -232,16 +265,27 @@ fn expand_kernel(
                 &item,
                 "`#[megaops::kernel]` applies to functions: `unsafe fn name(...) { ... }`",
             );
-            return fallback::emit(vec![err], None, None).into_iter().chain(item).collect();
+            return fallback::emit(vec![err], None, None, false)
+                .into_iter()
+                .chain(item)
+                .collect();
         }
     };
-    if let Some(c) = container(&func.sig.ident.to_string()) {
+    // `configs = list!`: the list puts its `#[config]`s after the annotation (without that
+    // item) and calls this macro again, which then checks everything.
+    if let Some((list, rest)) = attr::configs_list(&attr)
+        && !func.attrs.iter().any(attr::is_config)
+    {
+        return quote::quote!(#list! { #[::megaops::kernel(#rest)] #func });
+    }
+    let container = container(&func.sig.ident.to_string());
+    if let Some(c) = container {
         cx.error_spanned_by(&func.sig.ident, valid::not_free_message(&func.sig.ident, c));
     }
     let kernel = ast::Kernel::from_syn(attr, func.clone(), &mut cx);
     valid::check(&kernel, &mut cx);
     if !cx.is_empty() {
-        return fallback::emit(cx.into_errors(), Some(&kernel), Some(func));
+        return fallback::emit(cx.into_errors(), Some(&kernel), Some(func), container.is_none());
     }
     let out = expand::kernel(&kernel);
     if kernel.debug {

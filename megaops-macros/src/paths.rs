@@ -60,6 +60,8 @@ paths! {
     launch_target => "LaunchTarget";
     /// Host: one tile config's description.
     config_info => "ConfigInfo";
+    /// Host: the typed value of a config constant.
+    config_value => "ConfigValue";
     /// Host: how a dimension is tiled by the kernel.
     tile_dim => "TileDim";
     /// Host: a synchronised input argument.

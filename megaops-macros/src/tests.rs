@@ -724,7 +724,8 @@ fn fallback_keeps_the_function_compilable() {
     assert!(out.contains("compile_error!"), "{out}");
     assert!(out.contains("const BM: u32 = 64;"), "{out}");
     assert!(out.contains("let pid_m: u32 = 0;"), "{out}");
-    assert!(!out.contains("config"), "{out}");
+    // The helper attributes are gone (the error message lists the `configs` key).
+    assert!(!out.contains("#[config"), "{out}");
     assert!(!out.contains("prefetch"), "{out}");
     assert!(
         out.contains("pub unsafe fn k(a: *const f32, c: *mut f32, m: u32)"),
@@ -872,4 +873,99 @@ fn traced_launches_get_their_own_entry() {
     // functions do.
     let calls = out.matches("trace_record").count();
     assert_eq!(calls, 2 + 3, "{out}");
+}
+
+#[test]
+fn configs_record_their_constants_as_typed_data() {
+    let out = expansion(
+        matmul_attr(),
+        quote! {
+            #[config(BM = 64, BN = 64, BK = 32, THREADS = 128, U: usize = 4, ALPHA = (0.5f32), ON = true)]
+            pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u32, k: u32) {
+                let x = *a.add((pid_m * BM) as usize) + *b;
+                *c = x;
+            }
+        },
+    );
+    let value = "::megaops::__private::ConfigValue";
+    for (name, v) in [
+        ("BM", "U32"),
+        ("THREADS", "U32"),
+        ("U", "Usize"),
+        ("ALPHA", "F32"),
+        ("ON", "Bool"),
+    ] {
+        assert!(
+            out.contains(&format!("(\"{name}\", {value}::{v}({name}))")),
+            "{name}: {out}"
+        );
+    }
+    assert!(out.contains("pub struct Consts {"), "{out}");
+    assert!(out.contains("pub U: usize,"), "{out}");
+    assert!(out.contains("#[derive(Clone, Copy, Debug, PartialEq)]"), "{out}");
+    assert!(out.contains("pub const CONSTS: &[Consts] = &["), "{out}");
+    assert!(out.contains("Consts { BM, BN, BK, THREADS, U, ALPHA, ON }"), "{out}");
+}
+
+#[test]
+fn a_config_list_gets_the_kernel_back_without_the_configs_item() {
+    let out = expansion(
+        quote!(block = 32, configs = crate::lists::tiles!, output(c[m] = [i: BM])),
+        quote! {
+            /// Docs.
+            pub unsafe fn k(c: *mut f32, m: u32) { *c = 0.0; }
+        },
+    );
+    assert!(
+        out.starts_with("crate::lists::tiles! { #[::megaops::kernel(block = 32, output(c[m] = [i: BM]))] #[doc ="),
+        "{out}"
+    );
+    assert!(!out.contains("compile_error!"), "{out}");
+    // With #[config]s of its own the kernel is checked here, and the mix is an error.
+    assert_error(
+        quote!(block = 32, configs = tiles!, output(c[m] = [i: BM])),
+        quote! {
+            #[config(BM = 64)]
+            pub unsafe fn k(c: *mut f32, m: u32) { *c = 0.0; }
+        },
+        "`configs = tiles!` gives this kernel its tile configs: move these #[config]s into `tiles!`",
+    );
+    assert_error(
+        quote!(block = 32, configs = tiles, output(c[m] = [i: 64])),
+        quote!(
+            pub unsafe fn k(c: *mut f32, m: u32) {
+                *c = 0.0;
+            }
+        ),
+        "expected `tiles!`: the config list is a macro",
+    );
+}
+
+#[test]
+fn the_fallback_stubs_the_launcher_of_a_free_kernel() {
+    let attr = quote!(block = 32, output(c[m] = [pid_m: BM]), tensor(w[m]), colour);
+    let item = quote! {
+        #[config(BM = 64, S: Scale = Scale(1))]
+        pub unsafe fn k(w: *const f32, c: *mut f32, m: u32, s: Scale) { *c = *w; }
+    };
+    let out = expansion(attr.clone(), item.clone());
+    let stub = &out[pos(&out, "pub mod k {")..];
+    assert!(
+        stub.contains("pub const CONFIGS: &[::megaops::__private::ConfigInfo] = &[];"),
+        "{stub}"
+    );
+    assert!(stub.contains("pub struct Consts { pub BM: u32, }"), "{stub}");
+    assert!(
+        stub.contains(
+            "pub fn launch < __MegaopsArg0: ?Sized, __MegaopsArg1: ?Sized, __MegaopsArg3 > (__megaops_on: &impl \
+             ::megaops::__private::LaunchTarget, __megaops_arg0: &__MegaopsArg0, __megaops_arg1: &mut \
+             __MegaopsArg1, __megaops_arg2: u32, __megaops_arg3: __MegaopsArg3)"
+        ),
+        "{stub}"
+    );
+    assert!(stub.contains("pub fn launch_with < __MegaopsArg0: ?Sized,"), "{stub}");
+    // In an `impl` block a module cannot go: no stub, only the error and the function.
+    let out = tokens_text(expand_kernel(attr, item, |_| Some(crate::site::Container::Impl)));
+    assert!(out.contains("compile_error!"), "{out}");
+    assert!(!out.contains("mod k"), "{out}");
 }

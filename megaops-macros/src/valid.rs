@@ -18,6 +18,7 @@ pub fn check(k: &Kernel, cx: &mut Ctxt) {
     check_return_type(k, cx);
     check_params(k, cx);
     check_unknown_keys(k, cx);
+    check_configs_list(k, cx);
     check_duplicate_keys(k, cx);
     check_block(k, cx);
     check_sync_params(k, cx);
@@ -231,6 +232,25 @@ fn check_unknown_keys(k: &Kernel, cx: &mut Ctxt) {
     }
 }
 
+/// `configs = list!` is the kernel's whole config list: it goes without `#[config]`s.
+/// (A kernel with only `configs = list!` never gets here: the macro hands it to the list.)
+fn check_configs_list(k: &Kernel, cx: &mut Ctxt) {
+    for item in &k.args.items {
+        if let ArgItem::Configs { key, list } = item
+            && k.configs.iter().any(|c| c.attr.is_some())
+        {
+            let list = crate::text::tokens_text(list.to_token_stream());
+            cx.error_spanned_by(
+                key,
+                format!(
+                    "`configs = {list}!` gives this kernel its tile configs: move these #[config]s into `{list}!`, \
+                     or drop the `configs = ...`"
+                ),
+            );
+        }
+    }
+}
+
 /// `block`, `smem`, `tiles`, `persistent` and `debug` are given at most once.
 fn check_duplicate_keys(k: &Kernel, cx: &mut Ctxt) {
     let mut seen: HashSet<String> = HashSet::new();
@@ -240,6 +260,7 @@ fn check_duplicate_keys(k: &Kernel, cx: &mut Ctxt) {
             | ArgItem::Smem { key, .. }
             | ArgItem::Tiles { key, .. }
             | ArgItem::MinCtas { key, .. }
+            | ArgItem::Configs { key, .. }
             | ArgItem::Persistent { key }
             | ArgItem::Debug { key } => key,
             ArgItem::Sync(_) | ArgItem::Unknown { .. } | ArgItem::Tensor { .. } | ArgItem::Check { .. } => continue,

@@ -10,6 +10,7 @@ use crate::checkpoint::WeightSource;
 use crate::config::{Architecture, Config};
 use crate::error::{ModelError, Result};
 use crate::layers::attention::{Attention, AttentionDims, AttentionKind, KvCache, Positions};
+use crate::layers::config_where;
 use crate::layers::decoder::{DecoderLayer, LayerActivations, norm_config, row_tile};
 use crate::layers::mlp::{DECODE_COL_TILE, DECODE_MAX_M, Mlp, MlpConfig};
 use megaops::{Device, DynChunks, DynGrid, DynRows, LaunchOptions, LaunchTarget, Tensor, Tiled, bf16};
@@ -161,7 +162,9 @@ impl Model {
             )));
         }
         pass.x.rearm();
-        let emb_config = if pass.m <= DECODE_MAX_M { 0 } else { 1 };
+        // One row per CTA for decode, eight for prefill.
+        let bm = if pass.m <= DECODE_MAX_M { 1 } else { 8 };
+        let emb_config = config_where("embedding", embedding::CONSTS, &format!("BM = {bm}"), |c| c.BM == bm)?;
         embedding::launch_with(
             on,
             &LaunchOptions::config(emb_config),
@@ -191,7 +194,7 @@ impl Model {
         pass.res_f.rearm();
         add_rmsnorm::launch_with(
             on,
-            &LaunchOptions::config(norm_config(pass.m)),
+            &LaunchOptions::config(norm_config(pass.m)?),
             last.output(),
             last.residual(),
             &self.norm,
@@ -274,9 +277,10 @@ impl CausalLm {
                 // The last row of each sequence, gathered like an embedding lookup from the
                 // normed rows (a plain read: ordered after the norm by the runtime).
                 x_last.rearm();
+                let one_row = config_where("embedding", embedding::CONSTS, "BM = 1", |c| c.BM == 1)?;
                 embedding::launch_with(
                     on,
-                    &LaunchOptions::config(0),
+                    &LaunchOptions::config(one_row),
                     rows,
                     pass.xf.tensor(),
                     x_last,
@@ -288,7 +292,11 @@ impl CausalLm {
             }
         }
         pass.ids.rearm();
-        let argmax_config = if c.vocab_size >= 32_768 { 0 } else { 1 };
+        // Large vocabularies in 8 Ki chunks, small ones in 2 Ki (enough CTAs either way).
+        let chunk = if c.vocab_size >= 32_768 { 8192 } else { 2048 };
+        let argmax_config = config_where("argmax", argmax::CONSTS, &format!("CHUNK = {chunk}"), |c| {
+            c.CHUNK == chunk
+        })?;
         argmax::launch_with(
             on,
             &LaunchOptions::config(argmax_config),

@@ -24,7 +24,7 @@ mod targets;
 pub use arith::{CheckedArith, OverflowSite, checked_op};
 pub use bind::{AsInput, AsOutput, Binding, Declared};
 pub use builder::{KernelLaunch, TileDim};
-pub use config::ConfigInfo;
+pub use config::{ConfigInfo, ConfigValue, config_where};
 pub use options::{LaunchOptions, ReleaseNext, Remap, padded_smem};
 pub use prepared::{Access, PreparedLaunch, TiledHandle};
 pub use target::LaunchTarget;

@@ -580,34 +580,15 @@ pub use host::*;
 mod host {
     use megaops::{Device, Result, Tensor};
 
-    /// `(D, G)` of each tile config of [`decode_attention`](super::decode_attention), in
-    /// `CONFIGS` order.
-    pub const CONFIG_SHAPES: [(u32, u32); 16] = [
-        (128, 1),
-        (128, 2),
-        (128, 4),
-        (128, 8),
-        (64, 1),
-        (64, 2),
-        (64, 4),
-        (64, 8),
-        (128, 3),
-        (128, 5),
-        (128, 6),
-        (128, 7),
-        (64, 3),
-        (64, 5),
-        (64, 6),
-        (64, 7),
-    ];
-
     /// The tile config of `decode_attention` for head dim `d` and `hq / hkv` query heads
     /// per kv head, if there is one.
     pub fn config_index(d: u32, hq: u32, hkv: u32) -> Option<usize> {
         if hkv == 0 || !hq.is_multiple_of(hkv) {
             return None;
         }
-        CONFIG_SHAPES.iter().position(|&(cd, cg)| cd == d && cg == hq / hkv)
+        super::decode_attention::CONSTS
+            .iter()
+            .position(|c| c.D == d && c.G == hq / hkv)
     }
 
     /// A split count for `batch` sequences of up to `max_len` positions and `hkv` kv

@@ -38,7 +38,7 @@ use megaops::device::warp::{FULL_MASK, shfl_xor_sync};
 ///   q_{r,j}·k_p) v_p[i]` with kv head `j / (hq / hkv)`.
 ///
 /// Kernel tile `(pid_m, pid_h)`: rows `pid_m·BM ..` and query head `pid_h` of `q` and `o`
-/// (2-D tiles, `D` columns), reading the whole caches. Configs ([`CONFIG_SHAPES`],
+/// (2-D tiles, `D` columns), reading the whole caches. Configs (`prefill_attention::CONSTS`,
 /// [`config_index`]): `D = 128` with `BM = 64` (4 warps) or `BM = 128` (8 warps), one m16
 /// row tile per warp, `BN = 64`; `D = 64` likewise, plus `BM = 128` as 4 warps of two row
 /// tiles with `BN = 32`. (Two row tiles per warp at `D = 128` halve the shared-memory
@@ -550,14 +550,12 @@ pub use host::*;
 mod host {
     use megaops::{Device, Remap, Result, Tensor};
 
-    /// `(D, BM)` of each tile config of [`prefill_attention`](super::prefill_attention), in
-    /// `CONFIGS` order.
-    pub const CONFIG_SHAPES: [(u32, u32); 5] = [(128, 64), (128, 128), (64, 64), (64, 128), (64, 128)];
-
     /// The first tile config of `prefill_attention` for head dim `d` with `bm` rows per
     /// kernel tile, if there is one.
     pub fn config_index(d: u32, bm: u32) -> Option<usize> {
-        CONFIG_SHAPES.iter().position(|&s| s == (d, bm))
+        super::prefill_attention::CONSTS
+            .iter()
+            .position(|c| (c.D, c.BM) == (d, bm))
     }
 
     /// The kernel tiles of `prefill_attention` (`bm` rows, `hq` heads, `m = batch·seq`

@@ -1,8 +1,7 @@
 //! Host-side helpers of the GEMM kernels: the weight's shape and alignment checks (the
-//! launchers check the shapes and `k` too, alignment only these helpers), tile sizes of
-//! each config, and a grouped CTA order for L2 reuse.
+//! launchers check the shapes and `k` too, alignment only these helpers), and a grouped
+//! CTA order for L2 reuse. Tile sizes of each config: `matmul::CONSTS`.
 
-use megaops::launch::ConfigInfo;
 use megaops::{Error, Result, Tensor, bf16};
 
 fn check_common(
@@ -53,24 +52,6 @@ pub fn check_matmul_nn(m: u32, n: u32, k: u32, b: &Tensor<bf16>) -> Result<()> {
     Ok(())
 }
 
-/// The value of constant `key` in a config description such as
-/// `"BM=128, BN=128, BK=32"` (the `name` of a [`ConfigInfo`]).
-pub fn config_value(config: &ConfigInfo, key: &str) -> Option<u32> {
-    config.name.split(',').find_map(|kv| {
-        let (k, v) = kv.split_once('=')?;
-        if k.trim() == key {
-            v.trim().trim_end_matches("u32").parse().ok()
-        } else {
-            None
-        }
-    })
-}
-
-/// `(BM, BN)` of a GEMM config.
-pub fn config_tile(config: &ConfigInfo) -> Option<(u32, u32)> {
-    Some((config_value(config, "BM")?, config_value(config, "BN")?))
-}
-
 /// A CTA order (for `Remap::Table`) that walks the tile grid of an `m × n` output with
 /// `bm × bn` tiles in groups of `group` tile rows: consecutive CTAs sweep `group` rows of
 /// `A` across all of `n` column by column, so the CTAs resident at once share both A and
@@ -112,17 +93,5 @@ mod tests {
                 "{m}×{n} / {bm}×{bn} group {g}"
             );
         }
-    }
-
-    #[test]
-    fn config_values_parse() {
-        let c = ConfigInfo {
-            name: "BM=128, BN=64, BK=32, STAGES=4",
-            entry: "matmul__cfg0",
-            traced_entry: None,
-        };
-        assert_eq!(config_tile(&c), Some((128, 64)));
-        assert_eq!(config_value(&c, "STAGES"), Some(4));
-        assert_eq!(config_value(&c, "X"), None);
     }
 }

@@ -70,7 +70,7 @@
 //! only compute ([`wgmma`], "Warp specialisation"); their `mma.sync` fallback computes the
 //! block in two column halves with the 256 threads of the `WARPS_M × WARPS_N` warps.
 //!
-//! [`matmul_nn`] has the same configs.
+//! [`matmul_nn`] has the same configs (one list for both: `matmul_configs!`).
 
 pub mod epilogue;
 pub mod pipeline;
@@ -80,6 +80,30 @@ pub mod wgmma;
 use megaops::bf16;
 use pipeline::Tile;
 use wgmma::WgTile;
+
+/// The tile configs of [`matmul`] and [`matmul_nn`] (`configs = matmul_configs!`): one
+/// list, so that the two kernels' config `i` is the same tile. Table in the
+/// [module docs](self).
+#[rustfmt::skip] // one line per tile config
+macro_rules! matmul_configs {
+    (#[$($kernel:tt)*] $($item:tt)*) => {
+        #[$($kernel)*]
+        #[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
+        #[config(BM = 128, BN = 256, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 0)]
+        #[config(BM = 256, BN = 128, BK = 32, STAGES = 4, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 0)]
+        #[config(BM = 128, BN = 128, BK = 32, STAGES = 5, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
+        #[config(BM = 64, BN = 128, BK = 64, STAGES = 3, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
+        #[config(BM = 64, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
+        #[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 0)]
+        #[config(BM = 128, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
+        #[config(BM = 128, BN = 128, BK = 64, STAGES = 5, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 1)]
+        #[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 1)]
+        #[config(BM = 64, BN = 128, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 1)]
+        #[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 384, WG = 2)]
+        #[config(BM = 128, BN = 128, BK = 64, STAGES = 6, WARPS_M = 4, WARPS_N = 2, THREADS = 384, WG = 2)]
+        $($item)*
+    };
+}
 
 /// The [`Tile`] type of the config in scope (its constants `BM`, `BN`, `BK`, `STAGES`,
 /// `WARPS_M`, `WARPS_N`), with B layout `$nn`. A `wgmma` config (`WG = 1`) run by the
@@ -180,7 +204,7 @@ unsafe fn mma_sync_block<
 ///
 /// # Safety
 /// The pointers are valid for the shapes above and 16-byte aligned; `k % 8 == 0`.
-#[rustfmt::skip] // one line per tile config
+#[rustfmt::skip] // one line per annotation item
 #[megaops::kernel(
     block = THREADS,
     smem = (BM + BN) * BK * 2 * STAGES + if WG != 0 { 1024 } else { 0 },
@@ -188,20 +212,8 @@ unsafe fn mma_sync_block<
     output(c[m, n] = [pid_m: BM, pid_n: BN]),
     tensor(b[n, k]),
     check(k.is_multiple_of(8), "k must be a multiple of 8: rows of A and W are copied 16 bytes at a time"),
+    configs = matmul_configs!,
 )]
-#[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
-#[config(BM = 128, BN = 256, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 0)]
-#[config(BM = 256, BN = 128, BK = 32, STAGES = 4, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 0)]
-#[config(BM = 128, BN = 128, BK = 32, STAGES = 5, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
-#[config(BM = 64, BN = 128, BK = 64, STAGES = 3, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
-#[config(BM = 64, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
-#[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 0)]
-#[config(BM = 128, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
-#[config(BM = 128, BN = 128, BK = 64, STAGES = 5, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 1)]
-#[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 1)]
-#[config(BM = 64, BN = 128, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 1)]
-#[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 384, WG = 2)]
-#[config(BM = 128, BN = 128, BK = 64, STAGES = 6, WARPS_M = 4, WARPS_N = 2, THREADS = 384, WG = 2)]
 pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u32, k: u32) {
     const _: () = assert!(
         THREADS == WARPS_M * WARPS_N * 32 + if WG == 2 { 128 } else { 0 },
@@ -250,7 +262,7 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
 /// # Safety
 /// The pointers are valid for the shapes above and 16-byte aligned; `k % 8 == 0` and
 /// `n % 8 == 0`.
-#[rustfmt::skip] // one line per tile config
+#[rustfmt::skip] // one line per annotation item
 #[megaops::kernel(
     block = THREADS,
     smem = (BM + BN) * BK * 2 * STAGES + if WG != 0 { 1024 } else { 0 },
@@ -258,20 +270,8 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
     output(c[m, n] = [pid_m: BM, pid_n: BN]),
     tensor(b[k, n]),
     check(k.is_multiple_of(8) && n.is_multiple_of(8), "k and n must be multiples of 8: rows of A and B are copied 16 bytes at a time"),
+    configs = matmul_configs!,
 )]
-#[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
-#[config(BM = 128, BN = 256, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 0)]
-#[config(BM = 256, BN = 128, BK = 32, STAGES = 4, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 0)]
-#[config(BM = 128, BN = 128, BK = 32, STAGES = 5, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
-#[config(BM = 64, BN = 128, BK = 64, STAGES = 3, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
-#[config(BM = 64, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
-#[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 0)]
-#[config(BM = 128, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
-#[config(BM = 128, BN = 128, BK = 64, STAGES = 5, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 1)]
-#[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 1)]
-#[config(BM = 64, BN = 128, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 1)]
-#[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 384, WG = 2)]
-#[config(BM = 128, BN = 128, BK = 64, STAGES = 6, WARPS_M = 4, WARPS_N = 2, THREADS = 384, WG = 2)]
 pub unsafe fn matmul_nn(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u32, k: u32) {
     const _: () = assert!(
         THREADS == WARPS_M * WARPS_N * 32 + if WG == 2 { 128 } else { 0 },

@@ -82,6 +82,44 @@ pub mod plan;
 use engine::{CtaJob, Epilogue, WarpJob};
 use megaops::bf16;
 
+/// The tile configs of [`gemv`] and [`gemv_splitk`] (`configs = gemv_configs!`): one
+/// list, so that the planner launches the split kernel with the plain kernel's config.
+/// Table in the [module docs](self).
+macro_rules! gemv_configs {
+    (#[$($kernel:tt)*] $($item:tt)*) => {
+        #[$($kernel)*]
+        #[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+        #[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+        #[config(BN = 32, WK = 4, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+        #[config(BN = 16, WK = 8, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+        #[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+        #[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 0)]
+        #[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 0)]
+        #[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 0, MIN_CTAS: u32 = 0)]
+        #[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
+        #[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
+        #[config(BN = 32, WK = 4, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
+        #[config(BN = 16, WK = 8, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
+        #[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 3)]
+        #[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 2)]
+        #[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 2)]
+        $($item)*
+    };
+}
+
+/// The tile configs of [`gate_up_silu`] and [`gate_up_silu_splitk`]
+/// (`configs = gate_up_configs!`); table in [`gate_up_silu`]'s docs.
+macro_rules! gate_up_configs {
+    (#[$($kernel:tt)*] $($item:tt)*) => {
+        #[$($kernel)*]
+        #[config(BN = 64, WK = 1, U: usize = 2, PF: usize = 2)]
+        #[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2)]
+        #[config(BN = 32, WK = 4, U: usize = 2, PF: usize = 2)]
+        #[config(BN = 16, WK = 8, U: usize = 2, PF: usize = 2)]
+        $($item)*
+    };
+}
+
 /// `y = x · Wᵀ` (bf16 out): `y[i, j] = Σ_k x[i, k] · w[j, k]`, f32 accumulation, one
 /// rounding to bf16. The fused QKV projection is this kernel with `w = [W_q; W_k; W_v]`
 /// (`n = n_q + 2 n_kv`).
@@ -101,22 +139,8 @@ use megaops::bf16;
     input(x[m, k] = [_, _]),
     output(y[m, n] = [_, pid_n: BN]),
     tensor(w[n, k]),
+    configs = gemv_configs!,
 )]
-#[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
-#[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
-#[config(BN = 32, WK = 4, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
-#[config(BN = 16, WK = 8, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
-#[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
-#[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 0)]
-#[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 0)]
-#[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 0, MIN_CTAS: u32 = 0)]
-#[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
-#[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
-#[config(BN = 32, WK = 4, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
-#[config(BN = 16, WK = 8, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
-#[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 3)]
-#[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 2)]
-#[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 2)]
 pub unsafe fn gemv(x: *const bf16, w: *const bf16, y: *mut bf16, m: u32, n: u32, k: u32) {
     let cta = CtaJob {
         n0: pid_n * BN,
@@ -169,22 +193,8 @@ pub unsafe fn gemv(x: *const bf16, w: *const bf16, y: *mut bf16, m: u32, n: u32,
     tensor(w[n, k]),
     scratch(ws[splits * m * n]),
     scratch(counters[n.div_ceil(BN)]),
+    configs = gemv_configs!,
 )]
-#[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
-#[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
-#[config(BN = 32, WK = 4, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
-#[config(BN = 16, WK = 8, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
-#[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
-#[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 0)]
-#[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 0)]
-#[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 0, MIN_CTAS: u32 = 0)]
-#[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
-#[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
-#[config(BN = 32, WK = 4, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
-#[config(BN = 16, WK = 8, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
-#[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 3)]
-#[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 2)]
-#[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 2)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gemv_splitk(
     x: *const bf16,
@@ -247,11 +257,8 @@ pub unsafe fn gemv_splitk(
     input(x[m, k] = [_, _]),
     output(h[m, inter] = [_, pid_n: BN]),
     tensor(w_gate_up[2 * inter, k]),
+    configs = gate_up_configs!,
 )]
-#[config(BN = 64, WK = 1, U: usize = 2, PF: usize = 2)]
-#[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2)]
-#[config(BN = 32, WK = 4, U: usize = 2, PF: usize = 2)]
-#[config(BN = 16, WK = 8, U: usize = 2, PF: usize = 2)]
 pub unsafe fn gate_up_silu(x: *const bf16, w_gate_up: *const bf16, h: *mut bf16, m: u32, inter: u32, k: u32) {
     let cta = CtaJob {
         n0: pid_n * BN,
@@ -298,11 +305,8 @@ pub unsafe fn gate_up_silu(x: *const bf16, w_gate_up: *const bf16, h: *mut bf16,
     tensor(w_gate_up[2 * inter, k]),
     scratch(ws[splits * m * inter]),
     scratch(counters[inter.div_ceil(BN)]),
+    configs = gate_up_configs!,
 )]
-#[config(BN = 64, WK = 1, U: usize = 2, PF: usize = 2)]
-#[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2)]
-#[config(BN = 32, WK = 4, U: usize = 2, PF: usize = 2)]
-#[config(BN = 16, WK = 8, U: usize = 2, PF: usize = 2)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gate_up_silu_splitk(
     x: *const bf16,

@@ -31,8 +31,8 @@ use megaops::{Device, Error, LaunchOptions, LaunchTarget, R2, Result, Tensor, bf
 /// Largest split the planner uses (the last CTA of a tile reads `splits` partials).
 pub const MAX_SPLITS: u32 = 8;
 
-/// The constants of a tile config that shape its tiling, read from the config's
-/// description (the single source of truth is the kernel's `#[config]` list).
+/// The constants of a tile config that shape its tiling, read from the config's typed
+/// constants (the single source of truth is the kernel's `#[config]` list).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConfigShape {
     /// Output columns per CTA.
@@ -48,21 +48,11 @@ pub struct ConfigShape {
 }
 
 impl ConfigShape {
-    /// Parses `"BN=128, WK=1, U=4, PF=2, MIN_CTAS=2"`-style descriptions (constants may
-    /// carry a type: `"U: usize = 4"`; a missing `MIN_CTAS` means no launch bounds).
+    /// Reads `BN`, `WK`, `U`, `PF` and `MIN_CTAS` from the config's constants (integers of
+    /// any type that fit a `u32`; a missing `MIN_CTAS` means no launch bounds), `None` when
+    /// one of the others is missing.
     pub fn of(info: &ConfigInfo) -> Option<ConfigShape> {
-        let get = |name: &str| -> Option<u32> {
-            info.name.split(',').find_map(|part| {
-                let (lhs, rhs) = part.split_once('=')?;
-                let lhs = lhs.split(':').next()?.trim();
-                (lhs == name).then(|| {
-                    rhs.trim()
-                        .trim_end_matches(|c: char| c.is_alphabetic() || c == '_')
-                        .parse()
-                        .ok()
-                })?
-            })
-        };
+        let get = |name: &str| info.int(name).and_then(|v| u32::try_from(v).ok());
         Some(ConfigShape {
             bn: get("BN")?,
             wk: get("WK")?,
@@ -336,10 +326,6 @@ mod tests {
                 assert!(s.bn.is_multiple_of(16) && s.wk >= 1 && s.u >= 1 && s.pf <= 2, "{s:?}");
             }
         }
-        // `linear` / `gate_up` launch the split kernel with the plain kernel's config index.
-        let names = |c: &[ConfigInfo]| c.iter().map(|c| c.name).collect::<Vec<_>>();
-        assert_eq!(names(gemv::CONFIGS), names(gemv_splitk::CONFIGS));
-        assert_eq!(names(gate_up_silu::CONFIGS), names(gate_up_silu_splitk::CONFIGS));
         // Every bounded GEMV config is an unbounded one's tile with bounds that fit the
         // SM's 2048 threads and 64 Ki registers at no fewer than 128 per thread.
         let shapes: Vec<ConfigShape> = gemv::CONFIGS.iter().filter_map(ConfigShape::of).collect();
@@ -353,11 +339,13 @@ mod tests {
     }
 
     #[test]
-    fn parses_typed_and_untyped_constants() {
+    fn reads_constants_of_any_integer_type() {
+        use megaops::launch::ConfigValue::{U32, Usize};
         let info = ConfigInfo {
             name: "BN=64, WK: u32 = 2, U: usize = 4, PF=2usize",
             entry: "e",
             traced_entry: None,
+            consts: &[("BN", U32(64)), ("WK", U32(2)), ("U", Usize(4)), ("PF", Usize(2))],
         };
         let shape = ConfigShape {
             bn: 64,
@@ -371,8 +359,20 @@ mod tests {
             name: "BN=64, WK: u32 = 2, U: usize = 4, PF=2usize, MIN_CTAS: u32 = 2",
             entry: "e",
             traced_entry: None,
+            consts: &[
+                ("BN", U32(64)),
+                ("WK", U32(2)),
+                ("U", Usize(4)),
+                ("PF", Usize(2)),
+                ("MIN_CTAS", U32(2)),
+            ],
         };
         assert_eq!(ConfigShape::of(&info), Some(ConfigShape { min_ctas: 2, ..shape }));
+        let info = ConfigInfo {
+            consts: &[("BN", U32(64)), ("WK", U32(2)), ("U", Usize(4))],
+            ..info
+        };
+        assert_eq!(ConfigShape::of(&info), None, "no PF");
     }
 
     fn pick_for(placement: Placement, rg: u32, m: u32, n: u32, k: u32) -> Choice {

@@ -1,5 +1,6 @@
-//! The typed host launcher: `mod <name>` (host only) with `CONFIGS`, `launch` and
-//! `launch_with`.
+//! The typed host launcher: `mod <name>` (host only) with `CONFIGS` (each config's
+//! description and constants as typed data), `Consts` / `CONSTS` (the constants as a
+//! struct per config), `launch` and `launch_with`.
 //!
 //! Argument types follow the kernel's parameters: a synchronised input `x: *const T` of
 //! rank R becomes `x: &(impl AsInput<T, R> + ?Sized)` (a `Tensor<T>` or a `Tiled<T, D>`
@@ -8,7 +9,7 @@
 //! the arguments in signature order (the builder appends kernel parameters in call
 //! order) and submits the launch with the CPU-backend body.
 
-use super::{Plan, SyncPlan, checked, config_consts, local, sync};
+use super::{Plan, SyncPlan, checked, config_consts, local, primitive, sync};
 use crate::ast::{Extent, Param, ParamKind};
 use crate::attr::{Role, TileCoord};
 use crate::paths;
@@ -24,10 +25,11 @@ pub fn module(plan: &Plan) -> TokenStream {
     let summary = summary(plan);
     let cfgs = k.attrs.iter().filter(|a| a.path().is_ident("cfg"));
     let (on, opts) = (local("on"), local("opts"));
-    let (launch_target, launch_options, config_info, result) = (
+    let (launch_target, launch_options, config_info, config_value, result) = (
         paths::launch_target(),
         paths::launch_options(),
         paths::config_info(),
+        paths::config_value(),
         paths::result(),
     );
     let args: Vec<TokenStream> = k.params.iter().filter_map(|p| arg(plan, p)).collect();
@@ -42,7 +44,27 @@ pub fn module(plan: &Plan) -> TokenStream {
             None => quote!(::core::option::Option::None),
         };
         let label = config_label(c);
-        quote!(#config_info { name: #label, entry: #entry, traced_entry: #traced })
+        let defs = config_consts(c);
+        let values = c.consts.iter().filter_map(|x| {
+            let (name, variant) = (&x.name, primitive(x.ty.as_ref()?)?);
+            let (text, variant) = (
+                name.to_string(),
+                syn::Ident::new(variant, proc_macro2::Span::call_site()),
+            );
+            Some(quote!((#text, #config_value::#variant(#name))))
+        });
+        quote!(#config_info {
+            name: #label,
+            entry: #entry,
+            traced_entry: #traced,
+            consts: { #defs &[#(#values),*] },
+        })
+    });
+    let consts_struct = consts_struct(plan);
+    let consts_values = k.configs.iter().map(|c| {
+        let defs = config_consts(c);
+        let names = c.consts.iter().filter(|x| x.ty.is_some()).map(|x| &x.name);
+        quote!({ #defs Consts { #(#names),* } })
     });
     let arms = (0..k.configs.len()).map(|i| arm(plan, i));
     let n_configs = k.configs.len();
@@ -56,7 +78,11 @@ pub fn module(plan: &Plan) -> TokenStream {
          persistent CTA count, occupancy limit and wait timeout. Shapes, devices and data tilings are checked \
          before anything runs."
     );
-    let configs_doc = format!("The tile configs of `{kernel}`: `opts.config = Some(i)` launches `CONFIGS[i]`.");
+    let configs_doc = format!(
+        "The tile configs of `{kernel}`: `opts.config = Some(i)` launches `CONFIGS[i]`. Pick one by its \
+         constants (`CONFIGS[i].u32(\"BN\")`, or the typed [`CONSTS`]), not by its index or name."
+    );
+    let consts_doc = format!("The constants of each tile config of `{kernel}`: `CONSTS[i]` is `CONFIGS[i]`'s.");
     let i = local("__megaops_i");
     let error = paths::error();
     quote! {
@@ -71,6 +97,11 @@ pub fn module(plan: &Plan) -> TokenStream {
 
             #[doc = #configs_doc]
             pub const CONFIGS: &[#config_info] = &[#(#configs),*];
+
+            #consts_struct
+
+            #[doc = #consts_doc]
+            pub const CONSTS: &[Consts] = &[#(#consts_values),*];
 
             #[doc = #launch_doc]
             pub fn launch(#on: &impl #launch_target, #(#args),*) -> #result<()> {
@@ -272,6 +303,33 @@ fn call_arg(plan: &Plan, p: &Param) -> Option<TokenStream> {
         ParamKind::MutPtr(t) => quote!(#addr as *mut #t),
         _ => quote!(#name),
     })
+}
+
+/// `pub struct Consts { pub BN: u32, .. }`: one field per config constant, named and
+/// typed as the kernel's `#[config]`s give it (`Clone, Copy, Debug, PartialEq` when every
+/// type is a primitive).
+fn consts_struct(plan: &Plan) -> TokenStream {
+    let k = plan.k;
+    let consts = k.configs.first().map(|c| c.consts.as_slice()).unwrap_or_default();
+    let fields = consts.iter().filter_map(|x| {
+        let (name, ty) = (&x.name, x.ty.as_ref()?);
+        let doc = format!("`{name}`: `{}`.", tokens_text(ty.to_token_stream()));
+        Some(quote!(#[doc = #doc] pub #name: #ty,))
+    });
+    let derive = consts
+        .iter()
+        .all(|x| x.ty.as_ref().is_some_and(|t| primitive(t).is_some()))
+        .then(|| quote!(#[derive(Clone, Copy, Debug, PartialEq)]));
+    let doc = format!(
+        "The constants of one tile config of `{}`, typed as its `#[config]`s give them (see [`CONSTS`]).",
+        k.name()
+    );
+    quote! {
+        #[doc = #doc]
+        #derive
+        #[allow(non_snake_case)]
+        pub struct Consts { #(#fields)* }
+    }
 }
 
 /// `"BM=64, BN=64"` for a config (`"default"` for the implicit one).

@@ -224,6 +224,39 @@ pub fn config_consts(config: &Config) -> TokenStream {
     quote!(#(#consts)*)
 }
 
+/// The `megaops::launch::ConfigValue` variant for a constant of type `ty` when `ty` is a
+/// primitive written as a plain name (`u32` → `U32`); `None` for any other type, whose
+/// constants the launcher's `ConfigInfo::consts` leaves out.
+pub fn primitive(ty: &Type) -> Option<&'static str> {
+    let ty = match ty {
+        Type::Group(g) => &*g.elem,
+        Type::Paren(p) => &*p.elem,
+        t => t,
+    };
+    let Type::Path(p) = ty else {
+        return None;
+    };
+    if p.qself.is_some() {
+        return None;
+    }
+    Some(match p.path.get_ident()?.to_string().as_str() {
+        "u8" => "U8",
+        "u16" => "U16",
+        "u32" => "U32",
+        "u64" => "U64",
+        "usize" => "Usize",
+        "i8" => "I8",
+        "i16" => "I16",
+        "i32" => "I32",
+        "i64" => "I64",
+        "isize" => "Isize",
+        "f32" => "F32",
+        "f64" => "F64",
+        "bool" => "Bool",
+        _ => return None,
+    })
+}
+
 /// `BN16_WK8_U4` for a config's constants, if it has any and every value is an integer
 /// or boolean literal (`m` marks a negative value).
 fn entry_label(c: &crate::ast::Config) -> Option<String> {

@@ -16,7 +16,7 @@ use megaops::launch::AsInput;
 use megaops::{Device, DynGrid, DynRows, LaunchOptions, LaunchTarget, R2, ReleaseNext, Tensor, Tiled, bf16};
 use megaops_kernels::attention::decode::{self, DecodeWorkspace, decode_attention};
 use megaops_kernels::attention::prefill::{self, prefill_attention};
-use megaops_kernels::gemm::{config_value, matmul};
+use megaops_kernels::gemm::matmul;
 use megaops_kernels::gemv::plan::{self, Placement, SplitWorkspace};
 use megaops_kernels::rope::{self, qk_norm_rope};
 
@@ -356,11 +356,11 @@ fn rope_config(d: u32, heads: u32, kind: AttentionKind) -> Result<usize> {
         AttentionKind::Decode => 1,
         AttentionKind::Prefill => 4,
     };
-    let fits: Vec<(usize, u32)> = qk_norm_rope::CONFIGS
+    let fits: Vec<(usize, u32)> = qk_norm_rope::CONSTS
         .iter()
         .enumerate()
-        .filter(|(_, c)| config_value(c, "D") == Some(d) && config_value(c, "BM") == Some(bm))
-        .filter_map(|(i, c)| Some((i, config_value(c, "THREADS")?)))
+        .filter(|(_, c)| c.D == d && c.BM == bm)
+        .map(|(i, c)| (i, c.THREADS))
         .collect();
     let covers = |t: u32| rope::heads_per_pass(d, t) >= heads;
     let pick = match kind {

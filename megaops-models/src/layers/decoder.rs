@@ -63,7 +63,7 @@ impl DecoderLayer {
     ) -> Result<()> {
         let m = acts.m as u32;
         let h = self.mlp.config().hidden as u32;
-        let opts = LaunchOptions::config(norm_config(acts.m));
+        let opts = LaunchOptions::config(norm_config(acts.m)?);
         acts.xn.rearm();
         let res = match residual {
             Some(res) => {
@@ -107,10 +107,11 @@ impl DecoderLayer {
     }
 }
 
-/// The `rmsnorm` / `add_rmsnorm` config for `m` rows: one row per CTA up to
-/// [`DECODE_MAX_M`] rows, four above.
-pub(crate) fn norm_config(m: usize) -> usize {
-    if m <= DECODE_MAX_M { 0 } else { 1 }
+/// The `rmsnorm` / `add_rmsnorm` config (the two share one list) for `m` rows: one row
+/// per CTA (`BM = 1`) up to [`DECODE_MAX_M`] rows, four (`BM = 4`) above.
+pub(crate) fn norm_config(m: usize) -> megaops::Result<usize> {
+    let bm = if m <= DECODE_MAX_M { 1 } else { 4 };
+    super::config_where("rmsnorm", rmsnorm::CONSTS, &format!("BM = {bm}"), |c| c.BM == bm)
 }
 
 /// The rows per data tile of the row-tiled tensors of a pass of `m` rows.

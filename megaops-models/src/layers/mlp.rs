@@ -12,14 +12,14 @@
 //!
 //! Two paths, chosen by the number of rows `m` ([`MlpPath::for_rows`]):
 //!
-//! - **decode** (`m ≤` [`DECODE_MAX_M`]): `norm::rmsnorm` (config 0, one CTA per row) →
+//! - **decode** (`m ≤` [`DECODE_MAX_M`]): `norm::rmsnorm` (`BM = 1`, one CTA per row) →
 //!   `gemv::plan::gate_up`, i.e. the fused `gemv::gate_up_silu` (or its split-K variant,
 //!   as the library's planner picks for the shape) → `gemv::plan::linear`, i.e. `gemv::gemv`
 //!   or `gemv::gemv_splitk` for the down projection. The fused gate/up kernel is what the
 //!   library offers for decode: at these `m` the block is bound by reading the weights,
 //!   and fusing SiLU·mul into the gate/up GEMV saves a launch and the round trip of the
 //!   `[m, 2·inter]` intermediate;
-//! - **prefill** (`m >` [`DECODE_MAX_M`]): `norm::rmsnorm` (config 1, 4 rows per CTA) →
+//! - **prefill** (`m >` [`DECODE_MAX_M`]): `norm::rmsnorm` (`BM = 4`, 4 rows per CTA) →
 //!   `gemm::matmul` (gate/up as one GEMM with `n = 2·inter`) → `elementwise::silu_mul`
 //!   (config 1) → `gemm::matmul` (down), tensor-core GEMMs with a tile config chosen for
 //!   the shape ([`mlp_gemm_configs`]).
@@ -160,28 +160,37 @@ pub fn mlp_gemm_configs(m: usize, hidden: usize, inter: usize, sms: u32) -> [usi
 
 /// The `matmul` config for an `m × n` output on `sms` SMs.
 ///
-/// - `wgmma`: the first of 128×256 (config 11, warp-specialised `wgmma` on sm_90a),
-///   128×128 (config 8, `wgmma`), 64×128 (config 4) and 64×64 (config 5) tiles that
-///   gives at least 0.9 CTAs per SM;
-/// - else: the first of 128×128 (config 0, `mma.sync`), 64×128 and 64×64 that gives at
-///   least one CTA per SM.
+/// - `wgmma`: the first of 128×256 (`WG = 2`, warp-specialised `wgmma` on sm_90a),
+///   128×128 (`WG = 1`, `wgmma`), 64×128 and 64×64 (`mma.sync`) tiles that gives at
+///   least 0.9 CTAs per SM;
+/// - else: the first of 128×128, 64×128 and 64×64 `mma.sync` tiles that gives at least
+///   one CTA per SM.
+///
+/// Configs are found by these constants in `matmul::CONSTS` (the first of each tile).
 ///
 /// Else 64×64 (the most CTAs). `megaops-bench gemm` measures every config per shape.
 pub fn gemm_config(m: usize, n: usize, sms: u32, wgmma: bool) -> usize {
-    let (candidates, min_tiles): (&[usize], usize) = if wgmma {
-        (&[11, 8, 4, 5], (sms as usize * 9).div_ceil(10))
+    // (BM, BN, WG): the first config of each tile, `WG` 2 warp-specialised `wgmma`, 1
+    // `wgmma`, 0 `mma.sync`.
+    let (candidates, min_tiles): (&[(u32, u32, u32)], usize) = if wgmma {
+        (
+            &[(128, 256, 2), (128, 128, 1), (64, 128, 0), (64, 64, 0)],
+            (sms as usize * 9).div_ceil(10),
+        )
     } else {
-        (&[0, 4, 5], sms as usize)
+        (&[(128, 128, 0), (64, 128, 0), (64, 64, 0)], sms as usize)
     };
-    for &c in candidates {
-        if let Some((bm, bn)) = matmul::CONFIGS.get(c).and_then(gemm::config_tile) {
-            let tiles = m.div_ceil(bm as usize) * n.div_ceil(bn as usize);
-            if tiles >= min_tiles {
-                return c;
-            }
+    let config = |(bm, bn, wg): (u32, u32, u32)| matmul::CONSTS.iter().position(|c| (c.BM, c.BN, c.WG) == (bm, bn, wg));
+    for &(bm, bn, wg) in candidates {
+        let tiles = m.div_ceil(bm as usize) * n.div_ceil(bn as usize);
+        if tiles >= min_tiles
+            && let Some(c) = config((bm, bn, wg))
+        {
+            return c;
         }
     }
-    5
+    // The most CTAs: 64×64 (`matmul` has it; 0, its default, otherwise).
+    config((64, 64, 0)).unwrap_or(0)
 }
 
 /// The weights of one MLP block on a device (bf16, PyTorch `Linear` layouts).
@@ -306,8 +315,10 @@ impl Mlp {
         }
         if stage == 0 {
             let c = self.config;
-            let opts =
-                LaunchOptions::config(if acts.path == MlpPath::Decode { 0 } else { 1 }).release_next(acts.release);
+            // One row per CTA on the decode path, four on the prefill path.
+            let bm = if acts.path == MlpPath::Decode { 1 } else { 4 };
+            let norm = super::config_where("rmsnorm", rmsnorm::CONSTS, &format!("BM = {bm}"), |c| c.BM == bm)?;
+            let opts = LaunchOptions::config(norm).release_next(acts.release);
             acts.xn.rearm();
             rmsnorm::launch_with(
                 on,
@@ -395,7 +406,9 @@ impl Mlp {
                     )?;
                 } else {
                     acts.act.rearm();
-                    silu_mul::launch_with(on, &opts(1), &*gu, &mut acts.act, m, inter)?;
+                    // 16 rows × 2048 columns per CTA: the prefill tile.
+                    let wide = super::config_where("silu_mul", silu_mul::CONSTS, "BM = 16", |c| c.BM == 16)?;
+                    silu_mul::launch_with(on, &opts(wide), &*gu, &mut acts.act, m, inter)?;
                 }
             }
             (MlpPath::Prefill, 3) => {

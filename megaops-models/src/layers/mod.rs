@@ -7,3 +7,18 @@ pub mod mlp;
 pub use attention::{Attention, AttentionActivations, AttentionDims, AttentionKind, KvCache, Positions};
 pub use decoder::{DecoderLayer, LayerActivations};
 pub use mlp::{Mlp, MlpActivations, MlpConfig, MlpPath};
+
+/// The index of the first tile config of `kernel` whose constants (an entry of its
+/// launcher's `CONSTS`) `pick` accepts, so that the engine chooses configs by their
+/// properties; an error naming the kernel and `what` was asked for when none does.
+pub(crate) fn config_where<C>(
+    kernel: &str,
+    consts: &[C],
+    what: &str,
+    pick: impl Fn(&C) -> bool,
+) -> megaops::Result<usize> {
+    consts
+        .iter()
+        .position(pick)
+        .ok_or_else(|| megaops::Error::Invalid(format!("`{kernel}` has no tile config with {what}")))
+}

@@ -28,4 +28,8 @@ fn run(s: &Stream, x: &Tiled<f32, Grid<16, 64>>, r: &Tensor<f32>, o: &mut Tiled<
 fn main() {
     let _ = run;
     assert_eq!(gemv_splitk::CONFIGS[1].name, "BM=32usize, BK=128usize, ALPHA=0.25");
+    assert_eq!(gemv_splitk::CONFIGS[1].usize("BM"), Some(32));
+    assert_eq!(gemv_splitk::CONFIGS[1].f32("ALPHA"), Some(0.25));
+    assert_eq!(gemv_splitk::CONFIGS[1].u32("BM"), None, "BM is a usize");
+    assert_eq!(gemv_splitk::CONSTS[0].BK, 64);
 }
