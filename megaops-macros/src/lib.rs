@@ -244,7 +244,7 @@ use proc_macro2::TokenStream;
 /// `launch_with` taking what call sites pass, `&mut` arguments reborrowed), so that
 /// follow-up errors in the body and at the call sites stay out of the way: one mistake,
 /// one error. (A kernel in an `impl` or `trait` block gets no stub: a module cannot go
-/// there.) `tests/ui` in the `megaops` package has one case per message.
+/// there.) `tests/macro-ui/tests/ui` (package `megaops-macro-ui`) has one case per message.
 #[proc_macro_attribute]
 pub fn kernel(attr: proc_macro::TokenStream, item: proc_macro::TokenStream) -> proc_macro::TokenStream {
     expand_kernel(attr.into(), item.into(), site::container_of).into()

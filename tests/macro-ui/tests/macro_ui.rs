@@ -1,7 +1,7 @@
 //! `#[megaops::kernel]` UI tests: one compile-fail case per error message (with the
 //! exact `.stderr` a user sees), type-level cases for the tiling types, and pass cases
 //! whose expansions are compiled and type-checked for real. Regenerate the `.stderr`
-//! files with `TRYBUILD=overwrite cargo test -p megaops --test macro_ui`, then read them.
+//! files with `TRYBUILD=overwrite cargo test -p megaops-macro-ui --test macro_ui`, then read them.
 
 #[test]
 fn ui() {
