@@ -124,10 +124,34 @@ impl PtxBuilder {
             .unwrap_or_else(|| default_target_dir(&self.out_dir));
         let linker = std::env::current_exe().map_err(|e| BuildError::io("locating", "build script", e))?;
 
-        let mut embedded = Vec::new();
+        // One nested build per architecture, all running at once: each ends in a single
+        // fat-LTO codegen unit (one core), so on a machine of several cores they overlap.
+        // Every started build is waited for, also when another one failed.
+        let mut first_error = None;
+        let mut builds = Vec::new();
         for arch in &archs {
-            let arch_dir = target_dir.join(arch.name());
-            let ptx = self.compile(&tc, arch, &arch_dir, &linker)?;
+            match self.spawn_compile(&tc, arch, &target_dir.join(arch.name()), &linker) {
+                Ok(build) => builds.push(build),
+                Err(e) => {
+                    first_error = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut done = Vec::new();
+        for build in builds {
+            match self.finish_compile(build) {
+                Ok(ok) => done.push(ok),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        let mut embedded = Vec::new();
+        for (arch, arch_dir, ptx) in done {
             // The PTX depends on every crate compiled into it (megaops-device, the macros'
             // expansions, ...), not only this package's `src`: cargo reruns this script
             // only for the files named here, so name all of them, from the device build's
@@ -141,12 +165,19 @@ impl PtxBuilder {
             }
             let dest = self.out_dir.join(format!("{}.{}.ptx", self.lib_name, arch.name()));
             std::fs::copy(&ptx, &dest).map_err(|e| BuildError::io("copying", &ptx, e))?;
-            embedded.push((arch.clone(), dest));
+            embedded.push((arch, dest));
         }
         self.write_embed_file(&embedded)
     }
 
-    fn compile(&self, tc: &Toolchain, arch: &Arch, target_dir: &Path, linker: &Path) -> Result<PathBuf, BuildError> {
+    /// Starts the nested nvptx build of this crate for `arch` into `target_dir`.
+    fn spawn_compile(
+        &self,
+        tc: &Toolchain,
+        arch: &Arch,
+        target_dir: &Path,
+        linker: &Path,
+    ) -> Result<NestedBuild, BuildError> {
         let mut cmd = Command::new(&tc.cargo);
         cmd.current_dir(&self.manifest_dir)
             .args([
@@ -187,8 +218,28 @@ impl PtxBuilder {
             .env(INNER_BUILD_ENV, "1")
             .env(LINKER_MODE_ENV, linker);
         let command = format!("{cmd:?}");
-        let status = cmd.status().map_err(|source| BuildError::Spawn {
+        let child = cmd.spawn().map_err(|source| BuildError::Spawn {
             program: tc.cargo.display().to_string(),
+            source,
+        })?;
+        Ok(NestedBuild {
+            arch: arch.clone(),
+            target_dir: target_dir.to_path_buf(),
+            command,
+            child,
+        })
+    }
+
+    /// Waits for a nested build; returns its architecture, target dir and PTX file.
+    fn finish_compile(&self, build: NestedBuild) -> Result<(Arch, PathBuf, PathBuf), BuildError> {
+        let NestedBuild {
+            arch,
+            target_dir,
+            command,
+            mut child,
+        } = build;
+        let status = child.wait().map_err(|source| BuildError::Spawn {
+            program: command.clone(),
             source,
         })?;
         if !status.success() {
@@ -207,7 +258,7 @@ impl PtxBuilder {
                 path: ptx,
             });
         }
-        Ok(ptx)
+        Ok((arch, target_dir, ptx))
     }
 
     fn write_embed_file(&self, embedded: &[(Arch, PathBuf)]) -> Result<(), BuildError> {
@@ -262,6 +313,15 @@ fn dep_info_sources(text: &str) -> Vec<String> {
     out.sort();
     out.dedup();
     out
+}
+
+/// A nested nvptx build that is running.
+struct NestedBuild {
+    arch: Arch,
+    target_dir: PathBuf,
+    /// The command line, for the error message.
+    command: String,
+    child: std::process::Child,
 }
 
 /// `<target>/<profile>/build/<pkg>-<hash>/out` → `<target>/megaops-ptx`.
