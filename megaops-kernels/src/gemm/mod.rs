@@ -68,7 +68,9 @@
 //! line). Configs 11 and 12 (`WG = 2`) add warp specialisation to 128×256 and 128×128
 //! tiles: a third warpgroup copies through `mbarrier`-guarded stages while the two others
 //! only compute ([`wgmma`], "Warp specialisation"); their `mma.sync` fallback computes the
-//! block in two column halves with the 256 threads of the `WARPS_M × WARPS_N` warps.
+//! block in column parts of 64 with the 256 threads of the `WARPS_M × WARPS_N` warps. Their
+//! launch bounds (`MIN_CTAS = 1`: `.maxntid 384`, `.minnctapersm 1`) cap registers at 168
+//! per thread, so that a CTA of 384 threads can launch.
 //!
 //! [`matmul_nn`] has the same configs (one list for both: `matmul_configs!`).
 
@@ -88,19 +90,19 @@ use wgmma::WgTile;
 macro_rules! matmul_configs {
     (#[$($kernel:tt)*] $($item:tt)*) => {
         #[$($kernel)*]
-        #[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
-        #[config(BM = 128, BN = 256, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 0)]
-        #[config(BM = 256, BN = 128, BK = 32, STAGES = 4, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 0)]
-        #[config(BM = 128, BN = 128, BK = 32, STAGES = 5, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
-        #[config(BM = 64, BN = 128, BK = 64, STAGES = 3, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
-        #[config(BM = 64, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
-        #[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 0)]
-        #[config(BM = 128, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0)]
-        #[config(BM = 128, BN = 128, BK = 64, STAGES = 5, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 1)]
-        #[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 1)]
-        #[config(BM = 64, BN = 128, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 1)]
-        #[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 384, WG = 2)]
-        #[config(BM = 128, BN = 128, BK = 64, STAGES = 6, WARPS_M = 4, WARPS_N = 2, THREADS = 384, WG = 2)]
+        #[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0, MIN_CTAS = 0)]
+        #[config(BM = 128, BN = 256, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 0, MIN_CTAS = 0)]
+        #[config(BM = 256, BN = 128, BK = 32, STAGES = 4, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 0, MIN_CTAS = 0)]
+        #[config(BM = 128, BN = 128, BK = 32, STAGES = 5, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0, MIN_CTAS = 0)]
+        #[config(BM = 64, BN = 128, BK = 64, STAGES = 3, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0, MIN_CTAS = 0)]
+        #[config(BM = 64, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0, MIN_CTAS = 0)]
+        #[config(BM = 128, BN = 128, BK = 32, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 0, MIN_CTAS = 0)]
+        #[config(BM = 128, BN = 64, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 0, MIN_CTAS = 0)]
+        #[config(BM = 128, BN = 128, BK = 64, STAGES = 5, WARPS_M = 4, WARPS_N = 2, THREADS = 256, WG = 1, MIN_CTAS = 0)]
+        #[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 256, WG = 1, MIN_CTAS = 0)]
+        #[config(BM = 64, BN = 128, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 2, THREADS = 128, WG = 1, MIN_CTAS = 0)]
+        #[config(BM = 128, BN = 256, BK = 64, STAGES = 4, WARPS_M = 2, WARPS_N = 4, THREADS = 384, WG = 2, MIN_CTAS = 1)]
+        #[config(BM = 128, BN = 128, BK = 64, STAGES = 6, WARPS_M = 4, WARPS_N = 2, THREADS = 384, WG = 2, MIN_CTAS = 1)]
         $($item)*
     };
 }
@@ -111,33 +113,34 @@ macro_rules! matmul_configs {
 /// gives): with `BK = 64` its 64×64 warp tiles spill registers.
 ///
 /// A warp-specialised config (`WG = 2`) run by the `mma.sync` pipeline computes its block
-/// in `HALVES = 2` column halves, one after the other: the whole block with its
-/// `WARPS_M × WARPS_N` warps needs about 242 registers per thread, more than a CTA of
-/// `THREADS` (which counts the producer warpgroup) can have.
+/// in `COL_PARTS = BN / 64` column parts of 64, one after the other: the whole block with
+/// its `WARPS_M × WARPS_N` warps needs about 242 registers per thread, and a part of 128
+/// columns 192, more than the 168 that a CTA of `THREADS = 384` (which counts the producer
+/// warpgroup; launch bounds `MIN_CTAS = 1`) can have per thread.
 macro_rules! config_tile {
     ($nn:literal) => {
         Tile<
             { BM as usize },
-            { (BN / HALVES) as usize },
+            { (BN / COL_PARTS) as usize },
             { if WG != 0 { 32 } else { BK as usize } },
             { if WG != 0 { 6 } else { STAGES as usize } },
             { WARPS_M as usize },
             { WARPS_N as usize },
             { (BM / WARPS_M / 16) as usize },
-            { (BN / HALVES / WARPS_N / 8) as usize },
+            { (BN / COL_PARTS / WARPS_N / 8) as usize },
             $nn,
         >
     };
 }
 
 /// Runs the `mma.sync` pipeline `G` over the config's block `(pid_m, pid_n)`: in one piece
-/// (`halves == 1`, what the compiler sees after inlining), or in `halves` column halves of
+/// (`parts == 1`, what the compiler sees after inlining), or in `parts` column parts of
 /// a warp-specialised config (whose producer warpgroup, the threads past
 /// `WARPS_M × WARPS_N` warps, has nothing to do here and leaves).
 ///
 /// # Safety
 /// As for [`Tile::mainloop`] and [`Tile::store`]; the first tile (`tile`, column block
-/// `pid_n · halves`) had its [`Tile::prefetch_b`].
+/// `pid_n · parts`) had its [`Tile::prefetch_b`].
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn mma_sync_block<
@@ -152,12 +155,12 @@ unsafe fn mma_sync_block<
     const NN: bool,
 >(
     tile: &Tile<BM, BN, BK, STAGES, WARPS_M, WARPS_N, MI, NI, NN>,
-    halves: u32,
+    parts: u32,
     (pid_m, pid_n): (u32, u32),
     (m, n, k): (u32, u32, u32),
     (a, b, c): (*const bf16, *const bf16, *mut bf16),
 ) {
-    if halves == 1 {
+    if parts == 1 {
         // SAFETY: forwarded.
         unsafe {
             let acc = tile.mainloop(a, b);
@@ -173,9 +176,8 @@ unsafe fn mma_sync_block<
     unsafe {
         let acc = tile.mainloop(a, b);
         tile.store(&acc, c);
-        for h in 1..halves {
-            let next =
-                Tile::<BM, BN, BK, STAGES, WARPS_M, WARPS_N, MI, NI, NN>::new(pid_m, pid_n * halves + h, m, n, k);
+        for h in 1..parts {
+            let next = Tile::<BM, BN, BK, STAGES, WARPS_M, WARPS_N, MI, NI, NN>::new(pid_m, pid_n * parts + h, m, n, k);
             next.prefetch_b(b);
             let acc = next.mainloop(a, b);
             next.store(&acc, c);
@@ -207,6 +209,7 @@ unsafe fn mma_sync_block<
 #[rustfmt::skip] // one line per annotation item
 #[megaops::kernel(
     block = THREADS,
+    min_ctas = MIN_CTAS,
     smem = (BM + BN) * BK * 2 * STAGES + if WG != 0 { 1024 } else { 0 },
     input(a[m, k] = [pid_m: BM, _]),
     output(c[m, n] = [pid_m: BM, pid_n: BN]),
@@ -219,7 +222,7 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
         THREADS == WARPS_M * WARPS_N * 32 + if WG == 2 { 128 } else { 0 },
         "THREADS must be WARPS_M * WARPS_N * 32, plus a producer warpgroup of 128 when WG = 2"
     );
-    const HALVES: u32 = if WG == 2 { 2 } else { 1 };
+    const COL_PARTS: u32 = if WG == 2 { BN / 64 } else { 1 };
     // `wgmma` configs use it where it exists: sm_90a, and the CPU backend (which
     // emulates it); elsewhere they run the `mma.sync` pipeline with the same tile.
     const USE_WG: bool = WG != 0 && cfg!(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"));
@@ -230,7 +233,7 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
         "a wgmma config needs THREADS = BM / 64 * 128, BK = 64 and its shared memory"
     );
     #[prefetch]
-    let tile = G::new(pid_m, pid_n * HALVES, m, n, k);
+    let tile = G::new(pid_m, pid_n * COL_PARTS, m, n, k);
     #[prefetch]
     let wtile = W::new(pid_m, pid_n, m, n, k);
     // SAFETY: every thread of the CTA runs these in order (no divergence before them);
@@ -248,7 +251,7 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
     } else {
         // SAFETY: as above; the launch gives the CTA at least `G::SMEM_BYTES` of dynamic
         // shared memory; `c` is `[m, n]` (checked by the launcher) and 16-byte aligned.
-        unsafe { mma_sync_block(&tile, HALVES, (pid_m, pid_n), (m, n, k), (a, b, c)) };
+        unsafe { mma_sync_block(&tile, COL_PARTS, (pid_m, pid_n), (m, n, k), (a, b, c)) };
     }
 }
 
@@ -265,6 +268,7 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
 #[rustfmt::skip] // one line per annotation item
 #[megaops::kernel(
     block = THREADS,
+    min_ctas = MIN_CTAS,
     smem = (BM + BN) * BK * 2 * STAGES + if WG != 0 { 1024 } else { 0 },
     input(a[m, k] = [pid_m: BM, _]),
     output(c[m, n] = [pid_m: BM, pid_n: BN]),
@@ -277,19 +281,19 @@ pub unsafe fn matmul_nn(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n:
         THREADS == WARPS_M * WARPS_N * 32 + if WG == 2 { 128 } else { 0 },
         "THREADS must be WARPS_M * WARPS_N * 32, plus a producer warpgroup of 128 when WG = 2"
     );
-    const HALVES: u32 = if WG == 2 { 2 } else { 1 };
+    const COL_PARTS: u32 = if WG == 2 { BN / 64 } else { 1 };
     // `matmul_nn` has no `wgmma` path (B would be N-major): its `WG != 0` configs run the
     // `mma.sync` pipeline with the same block.
     type G = config_tile!(true);
     #[prefetch]
-    let tile = G::new(pid_m, pid_n * HALVES, m, n, k);
+    let tile = G::new(pid_m, pid_n * COL_PARTS, m, n, k);
     // SAFETY: as in `matmul`, with `b` the `[k, n]` matrix and `n % 8 == 0`.
     #[prefetch]
     unsafe {
         tile.prefetch_b(b)
     };
     // SAFETY: as in `matmul`.
-    unsafe { mma_sync_block(&tile, HALVES, (pid_m, pid_n), (m, n, k), (a, b, c)) };
+    unsafe { mma_sync_block(&tile, COL_PARTS, (pid_m, pid_n), (m, n, k), (a, b, c)) };
 }
 
 #[cfg(not(target_arch = "nvptx64"))]
