@@ -601,8 +601,11 @@ mod host {
     pub fn splits_for(batch: u32, hkv: u32, max_len: u32, sms: u32) -> u32 {
         let pairs = (batch * hkv).max(1);
         let want = (3 * sms) / pairs;
-        want.min(max_len.div_ceil(128)).clamp(1, 64)
+        want.min(max_len.div_ceil(128)).clamp(1, MAX_SPLITS)
     }
+
+    /// Most splits per (sequence, kv head) that [`splits_for`] picks or a tuner may set.
+    pub const MAX_SPLITS: u32 = 64;
 
     /// The scratch tensors of `decode_attention` for one shape: per-split partial outputs
     /// and (max, sum) pairs, and the zeroed per-(sequence, kv head) counters. One

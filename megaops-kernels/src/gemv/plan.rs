@@ -229,6 +229,61 @@ fn check_weight(what: &str, w: &Tensor<bf16>, rows: u32, k: u32) -> Result<()> {
     Ok(())
 }
 
+/// A config and split that replace the planner's (a tuner's choice); an unset field keeps
+/// what [`choose`] picks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pick {
+    /// Index into the kernel's `CONFIGS` (the plain and split-K kernels share one list).
+    pub config: Option<usize>,
+    /// CTAs per column tile (1: the kernel without split-K).
+    pub splits: Option<u32>,
+}
+
+/// [`choose`]'s choice with `pick` applied, checked: the config must exist, a split above 1
+/// needs `max_splits` above 1 (a workspace), and every split must get at least one batch
+/// of k per warp along k.
+#[allow(clippy::too_many_arguments)]
+pub fn choose_with(
+    configs: &[ConfigInfo],
+    pick: Pick,
+    rg: u32,
+    m: u32,
+    n: u32,
+    k: u32,
+    sms: u32,
+    max_splits: u32,
+    placement: Placement,
+) -> Result<Choice> {
+    let mut c = choose(configs, rg, m, n, k, sms, max_splits, placement)?;
+    if let Some(config) = pick.config {
+        let info = configs.get(config).ok_or_else(|| {
+            Error::Invalid(format!(
+                "GEMV config {config} does not exist (the kernel has {})",
+                configs.len()
+            ))
+        })?;
+        let shape = ConfigShape::of(info)
+            .ok_or_else(|| Error::Invalid(format!("cannot read the tiling constants of config `{}`", info.name)))?;
+        c = Choice {
+            config,
+            splits: 1,
+            shape,
+        };
+    }
+    if let Some(splits) = pick.splits {
+        let most = (k.div_ceil(c.shape.batch_k()) / c.shape.wk).max(1);
+        if splits == 0 || (splits > 1 && max_splits <= 1) || splits > max_splits.max(1) || splits > most {
+            return Err(Error::Invalid(format!(
+                "GEMV split {splits} for k = {k} with config `{}`: it takes 1 to {} (1 without a split-K workspace)",
+                configs[c.config].name,
+                most.min(max_splits.max(1)),
+            )));
+        }
+        c.splits = splits;
+    }
+    Ok(c)
+}
+
 /// `y = x · wᵀ` with the config and split [`choose`] picks for `placement` (split-K only
 /// when `ws` is given), after checking `w` (`[n, k]`) and the workspace. Returns the
 /// choice.
@@ -244,10 +299,54 @@ pub fn linear(
     k: u32,
     placement: Placement,
 ) -> Result<Choice> {
+    linear_with(
+        on,
+        &LaunchOptions::default(),
+        Pick::default(),
+        x,
+        w,
+        y,
+        ws,
+        m,
+        n,
+        k,
+        placement,
+    )
+}
+
+/// [`linear`] with the launch options `opts` (their `config` is replaced by the choice)
+/// and `pick` applied to the planner's choice ([`choose_with`]).
+#[allow(clippy::too_many_arguments)]
+pub fn linear_with(
+    on: &impl LaunchTarget,
+    opts: &LaunchOptions,
+    pick: Pick,
+    x: &(impl AsInput<bf16, R2> + ?Sized),
+    w: &Tensor<bf16>,
+    y: &mut (impl AsOutput<bf16, R2> + ?Sized),
+    ws: Option<&mut SplitWorkspace>,
+    m: u32,
+    n: u32,
+    k: u32,
+    placement: Placement,
+) -> Result<Choice> {
     check_weight("linear", w, n, k)?;
     let max_splits = if ws.is_some() { MAX_SPLITS } else { 1 };
-    let c = choose(gemv::CONFIGS, 1, m, n, k, on.device().sm_count(), max_splits, placement)?;
-    let opts = LaunchOptions::config(c.config);
+    let c = choose_with(
+        gemv::CONFIGS,
+        pick,
+        1,
+        m,
+        n,
+        k,
+        on.device().sm_count(),
+        max_splits,
+        placement,
+    )?;
+    let opts = LaunchOptions {
+        config: Some(c.config),
+        ..opts.clone()
+    };
     match ws {
         Some(ws) if c.splits > 1 => {
             ws.check(c.splits, 1, m, n, c.shape.bn)?;
@@ -273,10 +372,42 @@ pub fn gate_up(
     k: u32,
     placement: Placement,
 ) -> Result<Choice> {
+    gate_up_with(
+        on,
+        &LaunchOptions::default(),
+        Pick::default(),
+        x,
+        w_gate_up,
+        h,
+        ws,
+        m,
+        inter,
+        k,
+        placement,
+    )
+}
+
+/// [`gate_up`] with the launch options `opts` (their `config` is replaced by the choice)
+/// and `pick` applied to the planner's choice ([`choose_with`]).
+#[allow(clippy::too_many_arguments)]
+pub fn gate_up_with(
+    on: &impl LaunchTarget,
+    opts: &LaunchOptions,
+    pick: Pick,
+    x: &(impl AsInput<bf16, R2> + ?Sized),
+    w_gate_up: &Tensor<bf16>,
+    h: &mut (impl AsOutput<bf16, R2> + ?Sized),
+    ws: Option<&mut SplitWorkspace>,
+    m: u32,
+    inter: u32,
+    k: u32,
+    placement: Placement,
+) -> Result<Choice> {
     check_weight("gate_up", w_gate_up, 2 * inter, k)?;
     let max_splits = if ws.is_some() { MAX_SPLITS } else { 1 };
-    let c = choose(
+    let c = choose_with(
         gate_up_silu::CONFIGS,
+        pick,
         2,
         m,
         inter,
@@ -285,7 +416,10 @@ pub fn gate_up(
         max_splits,
         placement,
     )?;
-    let opts = LaunchOptions::config(c.config);
+    let opts = LaunchOptions {
+        config: Some(c.config),
+        ..opts.clone()
+    };
     match ws {
         Some(ws) if c.splits > 1 => {
             ws.check(c.splits, 2, m, inter, c.shape.bn)?;
