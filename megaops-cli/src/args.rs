@@ -24,6 +24,11 @@ pub enum Command {
     /// Time decode and prefill workloads end to end (presets with random weights or a
     /// folder), overlapped, serial and eager.
     Bench(Bench),
+    /// Tune the decode step's knobs jointly (graph-level autotuning: tile configs,
+    /// prefetch, splits, occupancy limits, release points, streams) and cache the plan,
+    /// which `generate` and `bench` then use; `--show` prints the cache, `--ablation`
+    /// measures what each knob family is worth.
+    Tune(Tune),
 }
 
 /// Which model: a Hugging Face folder or a preset.
@@ -73,9 +78,9 @@ pub struct Generate {
     /// Run the same kernels without overlap (one stream, kernel barriers).
     #[arg(long)]
     pub no_overlap: bool,
-    /// Streams of the overlapping AsyncStream.
-    #[arg(long, default_value_t = 2)]
-    pub streams: usize,
+    /// Streams of the overlapping AsyncStream (default: the tuned plan's, else 2).
+    #[arg(long)]
+    pub streams: Option<usize>,
     /// Launch the decode step eagerly every step instead of replaying a captured graph.
     #[arg(long)]
     pub no_graph: bool,
@@ -89,6 +94,9 @@ pub struct Generate {
     /// Write the f32 logits of every step, `[steps, batch, vocab]` little-endian.
     #[arg(long)]
     pub logits_out: Option<PathBuf>,
+    /// Do not use a tuned plan from the tune cache (`megaops tune`).
+    #[arg(long)]
+    pub no_tune_cache: bool,
     /// Trace the kernel tiles of the prefill and the first decode step: writes
     /// `prefill.json` / `decode.json` (Perfetto), their timeline and per-operator
     /// exposed-time charts (PNG) to this folder and prints the breakdowns.
@@ -161,9 +169,9 @@ pub struct Bench {
     /// prefill workload runs overlapped and serial (it is never a graph).
     #[arg(long, value_delimiter = ',', default_value = "overlapped,serial,eager")]
     pub modes: Vec<String>,
-    /// Streams of the overlapping AsyncStream.
-    #[arg(long, default_value_t = 2)]
-    pub streams: usize,
+    /// Streams of the overlapping AsyncStream (default: the tuned plan's, else 2).
+    #[arg(long)]
+    pub streams: Option<usize>,
     /// Override every workload's prompt length.
     #[arg(long)]
     pub prompt_len: Option<usize>,
@@ -176,6 +184,9 @@ pub struct Bench {
     /// Write one JSON object per row to this file (JSON lines).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Do not use tuned plans from the tune cache (`megaops tune`).
+    #[arg(long)]
+    pub no_tune_cache: bool,
     /// Instead of timing the workloads: where one decode step (at the first decode
     /// workload's prompt length) and one prefill (if listed) spend their time, per
     /// operator, overlapped against serial, at every batch size (GPU only).
@@ -187,4 +198,60 @@ pub struct Bench {
     /// untraced one.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+}
+
+/// `megaops tune`.
+#[derive(Args, Debug)]
+pub struct Tune {
+    /// A Hugging Face folder.
+    #[arg(long, conflicts_with = "preset")]
+    pub model: Option<PathBuf>,
+    /// A preset with random weights (see `generate --preset`).
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// Seed of a preset's random weights.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Batch sizes to tune, one after another.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub batch: Vec<usize>,
+    /// The workload whose decode step is tuned: short-decode (context 128) or
+    /// long-decode (context 1024).
+    #[arg(long, default_value = "short-decode")]
+    pub workload: String,
+    /// Wall-clock budget per tuning, seconds.
+    #[arg(long, default_value_t = 90.0)]
+    pub budget_s: f64,
+    /// Decoder layers the tuner runs (the first N; every layer shares the knobs).
+    #[arg(long, default_value_t = 4)]
+    pub layers: usize,
+    /// Relative gain a knob move must bring (measurement noise).
+    #[arg(long, default_value_t = 0.01)]
+    pub noise: f64,
+    /// Timed graph replays per candidate (median).
+    #[arg(long, default_value_t = 30)]
+    pub replays: usize,
+    /// Streams the search starts from.
+    #[arg(long, default_value_t = 2)]
+    pub streams: usize,
+    /// Knob families to hold at the planners' values (config, prefetch, padding,
+    /// release, split, streams); a plan tuned so is not cached.
+    #[arg(long, value_delimiter = ',')]
+    pub hold: Vec<String>,
+    /// The cache file (default: $MEGAOPS_TUNE_CACHE, else ~/.cache/megaops/tune.json).
+    #[arg(long)]
+    pub cache: Option<PathBuf>,
+    /// Print the cached plans and exit.
+    #[arg(long)]
+    pub show: bool,
+    /// The ablation: per batch, no graph-level tuning, full tuning and full tuning with
+    /// one knob family held, each timed on the whole model.
+    #[arg(long)]
+    pub ablation: bool,
+    /// With --ablation: write its rows as JSON lines here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// With --ablation: draw the slowdowns (PNG) here.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
 }

@@ -18,7 +18,7 @@ pub fn run_bench(b: Bench) -> Result<()> {
     if b.batches.is_empty() || b.batches.contains(&0) {
         return Err(ModelError::Request("--batches must list sizes of at least 1".into()));
     }
-    if b.streams == 0 {
+    if b.streams == Some(0) {
         return Err(ModelError::Request("--streams must be at least 1".into()));
     }
     let models: Vec<ModelArgs> = match &b.model {
@@ -93,7 +93,7 @@ pub fn run_bench(b: Bench) -> Result<()> {
                 for &batch in &b.batches {
                     let prompt_len = b.prompt_len.unwrap_or(w.prompt_len());
                     eprintln!("{name}: breakdown of {} at batch {batch} …", w.name());
-                    let d = bench::breakdown(&lm, &name, w, batch, prompt_len, b.streams)?;
+                    let d = bench::breakdown(&lm, &name, w, batch, prompt_len, b.streams.unwrap_or(2))?;
                     write_json(&mut json, b.json.as_deref(), &d)?;
                     println!("{}", breakdown_table(&d));
                 }
@@ -103,11 +103,16 @@ pub fn run_bench(b: Bench) -> Result<()> {
         let mut rows = Vec::new();
         for s in &specs {
             eprintln!("{name}: {} batch {} {} …", s.workload.name(), s.batch, s.mode.name());
-            let row = bench::run(&lm, &name, s, b.streams, read_gbps)?;
+            let plan = match s.workload {
+                Workload::Prefill => Default::default(),
+                w => crate::tune::cached_plan(&device, &src.full_config, s.batch, w, b.no_tune_cache)?,
+            };
+            let streams = b.streams.or(plan.streams).unwrap_or(2);
+            let row = bench::run(&lm, &name, s, streams, &plan, read_gbps)?;
             write_json(&mut json, b.json.as_deref(), &row)?;
             if let (Some(dir), Mode::Overlapped) = (&b.trace, s.mode) {
                 eprintln!("{name}: {} batch {} traced …", s.workload.name(), s.batch);
-                let traced = bench::trace(&lm, s, b.streams)?;
+                let traced = bench::trace(&lm, s, streams)?;
                 let stem = format!("{name}-{}-b{}", s.workload.name(), s.batch);
                 let title = format!("{name} {} batch {}", s.workload.name(), s.batch);
                 crate::trace::write(

@@ -6,6 +6,7 @@ mod args;
 mod bench;
 mod run;
 mod trace;
+mod tune;
 
 use clap::Parser;
 use megaops_models::ModelError;

@@ -20,6 +20,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Info(i) => run_info(i),
         Command::Export(e) => run_export(e),
         Command::Bench(b) => run_bench(b),
+        Command::Tune(t) => crate::tune::run_tune(t),
     }
 }
 
@@ -27,6 +28,8 @@ pub fn run(cli: Cli) -> Result<()> {
 pub(crate) struct Source {
     pub(crate) name: String,
     pub(crate) config: Config,
+    /// The config before `--layers` (what tuned plans are cached under).
+    pub(crate) full_config: Config,
     weights: Box<dyn WeightSource>,
     tokenizer: Option<Tokenizer>,
 }
@@ -41,17 +44,20 @@ pub(crate) fn open(args: &ModelArgs) -> Result<Source> {
             Ok(Source {
                 name: dir.display().to_string(),
                 config: ckpt.config().clone(),
+                full_config: ckpt.config().clone(),
                 weights: Box::new(ckpt),
                 tokenizer,
             })
         }
         (None, Some(name)) => {
-            let mut config = presets::preset(name)?;
+            let full_config = presets::preset(name)?;
+            let mut config = full_config.clone();
             if let Some(n) = args.layers {
                 config = presets::with_layers(config, n)?;
             }
             Ok(Source {
                 name: format!("preset {name}"),
+                full_config,
                 weights: Box::new(RandomWeights::new(config.clone(), args.seed)),
                 config,
                 tokenizer: None,
@@ -72,21 +78,32 @@ pub(crate) fn device() -> Result<Device> {
 
 /// Loads the model onto `device` with a progress bar; returns it and the load time.
 pub(crate) fn load(device: &Device, src: &Source) -> Result<(CausalLm, f64)> {
+    load_config(device, src, &src.config)
+}
+
+/// Loads the first `layers` decoder layers of the model (with its embedding, final norm
+/// and LM head), as [`load`].
+pub(crate) fn load_layers(device: &Device, src: &Source, layers: usize) -> Result<(CausalLm, f64)> {
+    let config = presets::with_layers(src.config.clone(), layers)?;
+    load_config(device, src, &config)
+}
+
+fn load_config(device: &Device, src: &Source, config: &Config) -> Result<(CausalLm, f64)> {
     let t0 = Instant::now();
-    let bar = ProgressBar::new(src.config.weight_bytes() as u64);
+    let bar = ProgressBar::new(config.weight_bytes() as u64);
     bar.set_style(
         ProgressStyle::with_template("loading {msg} {bar:40} {bytes}/{total_bytes} ({eta})")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.set_message(src.name.clone());
     let mut progress = |_: &str, bytes: usize| bar.inc(bytes as u64);
-    let lm = CausalLm::load(device, &src.config, src.weights.as_ref(), &mut progress)?;
+    let lm = CausalLm::load(device, config, src.weights.as_ref(), &mut progress)?;
     bar.finish_and_clear();
     let secs = t0.elapsed().as_secs_f64();
     eprintln!(
         "loaded {} ({:.2} GB of weights) in {secs:.2} s on {}",
         src.name,
-        src.config.weight_bytes() as f64 / 1e9,
+        config.weight_bytes() as f64 / 1e9,
         device.name()
     );
     Ok((lm, secs))
@@ -137,18 +154,23 @@ fn run_generate(g: Generate) -> Result<()> {
         force_tokens: g.force_tokens.as_deref().map(read_json).transpose()?,
         keep_logits: g.logits_out.is_some(),
         trace: g.trace.is_some(),
+        plan: Default::default(),
     };
-    if g.streams == 0 {
+    if g.streams == Some(0) {
         return Err(ModelError::Request("--streams must be at least 1".into()));
     }
+    let mut opts = opts;
     // Requests that cannot run fail before any device work.
     megaops_models::generate::check_request(&src.config, &prompts, &opts)?;
     let device = device()?;
     let (lm, load_s) = load(&device, &src)?;
+    let workload = crate::tune::workload_for(prompts[0].len());
+    opts.plan = crate::tune::cached_plan(&device, &src.full_config, prompts.len(), workload, g.no_tune_cache)?;
+    let streams = g.streams.or(opts.plan.streams).unwrap_or(2);
     let on = if g.no_overlap {
         AsyncStream::serial(&device)?
     } else {
-        AsyncStream::new(&device, g.streams)?
+        AsyncStream::new(&device, streams)?
     };
     let stream_text = !g.json && prompts.len() == 1 && src.tokenizer.is_some();
     let mut printed = Vec::new();
@@ -202,7 +224,7 @@ fn run_generate(g: Generate) -> Result<()> {
             "batch": prompts.len(),
             "prompt_len": prompts[0].len(),
             "overlap": !g.no_overlap,
-            "streams": if g.no_overlap { 1 } else { g.streams },
+            "streams": if g.no_overlap { 1 } else { streams },
             "graph": !g.no_graph,
             "tokens": out.tokens,
             "text": texts,

@@ -56,18 +56,18 @@ fn io(path: &Path, e: std::io::Error) -> ModelError {
     }
 }
 
-fn plot_error(path: &Path, e: impl std::fmt::Display) -> ModelError {
+pub(crate) fn plot_error(path: &Path, e: impl std::fmt::Display) -> ModelError {
     io(path, std::io::Error::other(format!("drawing the chart: {e}")))
 }
 
-fn register_font() {
+pub(crate) fn register_font() {
     // Registering twice replaces the same font; a font that does not parse leaves the
     // charts without text, which the drawing then reports.
     let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
 }
 
 /// A colour per operator rank (most exposed first), cycling through a qualitative palette.
-fn colour(i: usize) -> RGBColor {
+pub(crate) fn colour(i: usize) -> RGBColor {
     const PALETTE: [(u8, u8, u8); 12] = [
         (31, 119, 180),
         (255, 127, 14),

@@ -5,9 +5,17 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// Runs `megaops` with a tune cache of its own (none), so a user's cache cannot change
+/// what the tests see.
 fn megaops(args: &[&str]) -> Output {
+    let no_cache = std::env::temp_dir().join(format!("megaops-cli-no-tune-cache-{}.json", std::process::id()));
+    megaops_with_cache(args, &no_cache)
+}
+
+fn megaops_with_cache(args: &[&str], cache: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_megaops"))
         .args(args)
+        .env("MEGAOPS_TUNE_CACHE", cache)
         .output()
         .expect("the megaops binary runs")
 }
@@ -359,4 +367,86 @@ fn bench_traces_overlapped_rows_and_reports_the_overhead() {
     check_trace_files(&dir, "tiny-short-decode-b1-prefill");
     check_trace_files(&dir, "tiny-short-decode-b1-decode");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tune_caches_a_plan_that_generate_uses_and_a_stale_one_is_ignored() {
+    let dir = std::env::temp_dir().join(format!("megaops-cli-tune-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let cache = dir.join("tune.json");
+    std::fs::remove_file(&cache).ok();
+    let c = cache.to_str().expect("utf-8 path");
+    let out = megaops_with_cache(
+        &[
+            "tune",
+            "--preset",
+            "tiny",
+            "--layers",
+            "1",
+            "--batch",
+            "1,2",
+            "--budget-s",
+            "2",
+            "--replays",
+            "2",
+        ],
+        &cache,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tune failed: {stderr}");
+    assert!(
+        stdout.contains("tiny batch 1:") && stdout.contains("tiny batch 2:"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("cached in"), "{stderr}");
+    let show = megaops(&["tune", "--show", "--cache", c]);
+    let shown = String::from_utf8_lossy(&show.stdout);
+    assert!(show.status.success(), "{}", String::from_utf8_lossy(&show.stderr));
+    assert!(
+        shown.contains("2 tuned plans") && shown.contains("batch 2, short-decode"),
+        "{shown}"
+    );
+
+    let generate = [
+        "generate",
+        "--preset",
+        "tiny",
+        "--prompt-ids",
+        "1,2,3",
+        "--max-new-tokens",
+        "3",
+        "--json",
+    ];
+    let tuned = megaops_with_cache(&generate, &cache);
+    assert!(
+        String::from_utf8_lossy(&tuned.stderr).contains("using the tuned plan for batch 1, short-decode"),
+        "{}",
+        String::from_utf8_lossy(&tuned.stderr)
+    );
+    // The same tokens as without the cache.
+    let plain = megaops(&generate);
+    assert_eq!(tokens(&stdout_json(&tuned)), tokens(&stdout_json(&plain)));
+    let off = megaops_with_cache(&[&generate[..], &["--no-tune-cache"]].concat(), &cache);
+    assert!(!String::from_utf8_lossy(&off.stderr).contains("tuned plan"));
+
+    // A plan tuned by another version is stale: said, and not used.
+    let text = std::fs::read_to_string(&cache).expect("cache");
+    let version = format!("\"version\": \"{}\"", env!("CARGO_PKG_VERSION"));
+    assert!(text.contains(&version), "{text}");
+    std::fs::write(&cache, text.replace(&version, "\"version\": \"0.0.0-old\"")).expect("write");
+    let stale = megaops_with_cache(&generate, &cache);
+    let err = String::from_utf8_lossy(&stale.stderr);
+    assert!(
+        err.contains("ignoring the tuned plan") && err.contains("0.0.0-old"),
+        "{err}"
+    );
+    assert_eq!(tokens(&stdout_json(&stale)), tokens(&stdout_json(&plain)));
+
+    // A file that is not a cache is one error naming it.
+    std::fs::write(&cache, "not json").expect("write");
+    let bad = megaops_with_cache(&generate, &cache);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("tune.json"));
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -7,6 +7,7 @@
 use crate::error::{ModelError, Result};
 use crate::generate::Session;
 use crate::model::CausalLm;
+use crate::tune::StepPlan;
 use megaops::{AsyncStream, Device, Event, LaunchTarget as _, Tensor};
 use megaops_kernels::bandwidth::read_bandwidth;
 use serde::Serialize;
@@ -213,12 +214,12 @@ pub fn random_prompts(batch: usize, len: usize, vocab: usize, seed: u64) -> Vec<
 
 /// Brackets device work with full barriers: CUDA events on a GPU, the wall clock after
 /// a synchronise on the CPU backend.
-enum Mark {
+pub(crate) enum Mark {
     Event(Event),
     Wall(Instant),
 }
 
-fn mark(on: &AsyncStream) -> Result<Mark> {
+pub(crate) fn mark(on: &AsyncStream) -> Result<Mark> {
     if on.device().is_cuda() {
         Ok(Mark::Event(on.record_event()?))
     } else {
@@ -227,7 +228,7 @@ fn mark(on: &AsyncStream) -> Result<Mark> {
     }
 }
 
-fn elapsed_ms(a: &Mark, b: &Mark) -> Result<f64> {
+pub(crate) fn elapsed_ms(a: &Mark, b: &Mark) -> Result<f64> {
     match (a, b) {
         (Mark::Event(a), Mark::Event(b)) => Ok(a.elapsed_ms(b)? as f64),
         (Mark::Wall(a), Mark::Wall(b)) => Ok(b.duration_since(*a).as_secs_f64() * 1e3),
@@ -246,8 +247,18 @@ fn percentiles(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
 }
 
 /// Runs `spec` on `lm` and returns its row; `read_gbps` is the roofline of the same run
-/// (see [`read_bandwidth_gbps`]).
-pub fn run(lm: &CausalLm, model: &str, spec: &BenchSpec, streams: usize, read_gbps: Option<f64>) -> Result<BenchRow> {
+/// (see [`read_bandwidth_gbps`]). The decode steps launch with `plan`'s knob values (a
+/// tuned plan; `StepPlan::default()` for the planners'), whose streams, when set,
+/// replace `streams` in the overlapped modes.
+pub fn run(
+    lm: &CausalLm,
+    model: &str,
+    spec: &BenchSpec,
+    streams: usize,
+    plan: &StepPlan,
+    read_gbps: Option<f64>,
+) -> Result<BenchRow> {
+    let streams = plan.streams.unwrap_or(streams);
     let c = lm.config();
     let device = lm.lm_head().device().clone();
     let (batch, prompt_len, new_tokens) = (spec.batch, spec.prompt_len(), spec.new_tokens());
@@ -279,7 +290,7 @@ pub fn run(lm: &CausalLm, model: &str, spec: &BenchSpec, streams: usize, read_gb
 
     let mut step_times = Vec::new();
     if new_tokens > 1 {
-        let mut decoder = session.decoder(&first)?;
+        let mut decoder = session.decoder_with(&first, plan)?;
         let graph = match spec.mode {
             Mode::Eager => None,
             Mode::Overlapped | Mode::Serial => Some(decoder.capture(&on)?),

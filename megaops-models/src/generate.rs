@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::layers::attention::{AttentionKind, KvCache, Positions};
 use crate::model::{CausalLm, MAX_BATCH, Pass};
+use crate::tune::{Site, StepPlan};
 use megaops::{AsyncStream, Graph, LaunchTarget as _, Tensor, Trace};
 use megaops_kernels::attention::decode;
 use megaops_kernels::decode_step::advance_decode;
@@ -31,6 +32,9 @@ pub struct GenerateOptions {
     /// ([`Generation::traces`]; later steps of a traced graph record past the log's end,
     /// which only counts them).
     pub trace: bool,
+    /// The decode step's knob values (a tuned plan, e.g. from the tune cache); the
+    /// default runs the planners' choices.
+    pub plan: StepPlan,
 }
 
 impl Default for GenerateOptions {
@@ -42,6 +46,7 @@ impl Default for GenerateOptions {
             force_tokens: None,
             keep_logits: false,
             trace: false,
+            plan: StepPlan::default(),
         }
     }
 }
@@ -253,6 +258,12 @@ impl<'m> Session<'m> {
     /// A decode loop after the prefill, feeding `first` (one id per sequence) to its first
     /// step; it runs at most `max_new_tokens - 1` steps.
     pub fn decoder(&mut self, first: &[u32]) -> Result<Decoder<'_, 'm>> {
+        self.decoder_with(first, &StepPlan::default())
+    }
+
+    /// [`Session::decoder`] whose steps launch with the knob values of `plan` (its
+    /// attention split-KV count sizes the workspace; its streams are the caller's to use).
+    pub fn decoder_with(&mut self, first: &[u32], plan: &StepPlan) -> Result<Decoder<'_, 'm>> {
         let (batch, seq, max_seq) = (self.batch, self.seq, self.max_seq);
         let steps = max_seq - seq - 1;
         if first.len() != batch {
@@ -279,8 +290,18 @@ impl<'m> Session<'m> {
             steps,
         };
         let dims = self.lm.model().dims();
-        let splits = decode::splits_for(batch as u32, dims.hkv as u32, max_seq as u32, device.sm_count());
-        let pass = Pass::new(self.lm, AttentionKind::Decode, batch, 1, splits)?;
+        let splits = match plan.site(Site::Attention).splits {
+            Some(s) if (1..=decode::MAX_SPLITS).contains(&s) => s,
+            Some(s) => {
+                return Err(ModelError::Request(format!(
+                    "decode attention split {s}: it takes 1 to {}",
+                    decode::MAX_SPLITS
+                )));
+            }
+            None => decode::splits_for(batch as u32, dims.hkv as u32, max_seq as u32, device.sm_count()),
+        };
+        let mut pass = Pass::new(self.lm, AttentionKind::Decode, batch, 1, splits)?;
+        pass.set_plan(plan);
         Ok(Decoder {
             lm: self.lm,
             caches: &mut self.caches,
@@ -428,7 +449,7 @@ pub fn generate(
             None => sampled.to_vec(),
         }
     };
-    let mut decoder = session.decoder(&feed(1, &first))?;
+    let mut decoder = session.decoder_with(&feed(1, &first), &opts.plan)?;
     let graph = if opts.graph { Some(decoder.capture(on)?) } else { None };
     let t1 = Instant::now();
     for t in 1..=steps {

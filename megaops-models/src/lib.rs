@@ -7,7 +7,7 @@
 //! `config.json`), [`checkpoint`] (safetensors, memory-mapped), [`presets`] (random
 //! weights with real dimensions), [`layers`] (`Mlp`, `Attention`, `DecoderLayer`),
 //! [`model`] (`Model`, `CausalLm`), [`generate`] (the generation loop), [`bench`] (end-to-end
-//! timing of a workload).
+//! timing of a workload), [`tune`] (graph-level autotuning of the decode step).
 
 pub mod bench;
 pub mod checkpoint;
@@ -18,6 +18,7 @@ pub mod layers;
 pub mod model;
 pub mod presets;
 pub mod tokenizer;
+pub mod tune;
 
 pub use config::{Architecture, Config};
 pub use error::{ModelError, Result};

@@ -13,6 +13,7 @@ use crate::layers::attention::{Attention, AttentionDims, AttentionKind, KvCache,
 use crate::layers::config_where;
 use crate::layers::decoder::{DecoderLayer, LayerActivations, norm_config, row_tile};
 use crate::layers::mlp::{DECODE_COL_TILE, DECODE_MAX_M, Mlp, MlpConfig};
+use crate::tune::{Site, SiteChoice, StepPlan};
 use megaops::{Device, DynChunks, DynGrid, DynRows, LaunchOptions, LaunchTarget, Tensor, Tiled, bf16};
 use megaops_kernels::elementwise::embedding;
 use megaops_kernels::gemv::lm_head;
@@ -264,8 +265,9 @@ impl CausalLm {
         let (b, h, v) = (pass.batch as u32, c.hidden_size as u32, c.vocab_size as u32);
         let w = self.lm_head();
         let sms = on.device().sm_count();
-        let choice = plan::choose(lm_head::CONFIGS, 1, b, v, h, sms, 1, Placement::BesideProducer)?;
-        let head_opts = LaunchOptions::config(choice.config);
+        let pick = pass.lm_head_choice.pick();
+        let choice = plan::choose_with(lm_head::CONFIGS, pick, 1, b, v, h, sms, 1, Placement::BesideProducer)?;
+        let head_opts = pass.lm_head_choice.apply(LaunchOptions::config(choice.config));
         pass.logits.rearm();
         match pass.last_rows.as_ref() {
             None => lm_head::launch_with(on, &head_opts, &pass.xf, w, &mut pass.logits, b, v, h)?,
@@ -330,6 +332,8 @@ pub struct Pass {
     logits: Tiled<f32, DynGrid>,
     ids: Tiled<u32, DynChunks>,
     argmax_ws: ArgmaxWorkspace,
+    /// The tuner's LM head choice (unset: the planner's).
+    lm_head_choice: SiteChoice,
 }
 
 impl Pass {
@@ -389,7 +393,17 @@ impl Pass {
             )?,
             ids: Tiled::new(device, &[batch], DynChunks(1), "next_ids")?,
             argmax_ws: ArgmaxWorkspace::new(device, batch, c.vocab_size)?,
+            lm_head_choice: SiteChoice::default(),
         })
+    }
+
+    /// Applies a tuned plan's per-site choices to the pass's launches (decode attention's
+    /// split-KV count is fixed when the pass is built: [`Pass::new`]'s `splits`).
+    pub fn set_plan(&mut self, plan: &StepPlan) {
+        for set in &mut self.sets {
+            set.set_choices(plan);
+        }
+        self.lm_head_choice = plan.site(Site::LmHead);
     }
 
     /// Token rows `m`.

@@ -9,6 +9,7 @@ use common::reference::Reference;
 use megaops::testing::{cpu_device, fresh_seed};
 use megaops::{AsyncStream, Device};
 use megaops_models::presets::{self, RandomWeights};
+use megaops_models::tune::{Release, Site, SiteChoice, StepPlan};
 use megaops_models::{CausalLm, Config, GenerateOptions, ModelError, generate};
 
 fn load(dev: &Device, name: &str, seed: u64) -> (Config, RandomWeights, CausalLm) {
@@ -49,6 +50,17 @@ fn reference_generation(r: &mut Reference, prompts: &[Vec<u32>], new: usize) -> 
 /// logits (max |Δ| relative to the row's spread) and the greedy tokens where the
 /// reference's top-2 margin is clear.
 fn check_against_reference(name: &str, prompts: Vec<Vec<u32>>, new: usize, on: impl Fn(&Device) -> AsyncStream) {
+    check_plan_against_reference(name, prompts, new, on, StepPlan::default());
+}
+
+/// [`check_against_reference`] with the decode steps launched under `plan`.
+fn check_plan_against_reference(
+    name: &str,
+    prompts: Vec<Vec<u32>>,
+    new: usize,
+    on: impl Fn(&Device) -> AsyncStream,
+    plan: StepPlan,
+) {
     let seed = fresh_seed(name);
     let dev = cpu_device(seed).expect("cpu device");
     let (config, weights, lm) = load(&dev, name, seed);
@@ -61,6 +73,7 @@ fn check_against_reference(name: &str, prompts: Vec<Vec<u32>>, new: usize, on: i
         force_tokens: Some(want_tokens.iter().map(|t| t[..new - 1].to_vec()).collect()),
         keep_logits: true,
         trace: false,
+        plan,
     };
     let s = on(&dev);
     let out = generate(&lm, &s, &prompts, &opts, &mut |_, _| {}).expect("generate");
@@ -108,6 +121,118 @@ fn tiny_qwen3_decode_path_matches_the_reference() {
     });
 }
 
+/// A plan that moves every kind of knob away from the planners' choices: other GEMV
+/// configs (one without prefetch), split-K, split-KV, occupancy limits and release
+/// points. The decode steps still match the reference.
+#[test]
+fn a_tuned_plan_changes_the_launches_not_the_results() {
+    use megaops_kernels::gemv::{gate_up_silu, gemv, lm_head};
+    let mut plan = StepPlan::default();
+    let pf0 = gemv::CONSTS
+        .iter()
+        .position(|c| c.PF == 0)
+        .expect("a config without prefetch");
+    *plan.site_mut(Site::Qkv) = SiteChoice {
+        config: Some(pf0),
+        splits: Some(1),
+        occupancy_limit: Some(1),
+        release: Some(Release::LastCta),
+    };
+    *plan.site_mut(Site::Down) = SiteChoice {
+        // One warp along k, so that k = 256 splits in two.
+        config: Some(
+            gemv::CONSTS
+                .iter()
+                .position(|c| c.BN == 64 && c.WK == 1 && c.MIN_CTAS == 0)
+                .expect("a config with one warp along k"),
+        ),
+        splits: Some(2),
+        ..SiteChoice::default()
+    };
+    *plan.site_mut(Site::GateUp) = SiteChoice {
+        config: Some(
+            gate_up_silu::CONSTS
+                .iter()
+                .position(|c| c.WK == 1)
+                .expect("a gate/up config with one warp along k"),
+        ),
+        splits: Some(2),
+        release: Some(Release::LastCta),
+        ..SiteChoice::default()
+    };
+    *plan.site_mut(Site::Attention) = SiteChoice {
+        splits: Some(3),
+        occupancy_limit: Some(2),
+        ..SiteChoice::default()
+    };
+    *plan.site_mut(Site::Norm) = SiteChoice {
+        release: Some(Release::LastCta),
+        ..SiteChoice::default()
+    };
+    *plan.site_mut(Site::LmHead) = SiteChoice {
+        config: Some(lm_head::CONFIGS.len() - 1),
+        ..SiteChoice::default()
+    };
+    check_plan_against_reference(
+        "tiny",
+        vec![vec![1, 2, 3], vec![500, 17, 42]],
+        5,
+        |d| AsyncStream::new(d, 3).expect("stream"),
+        plan,
+    );
+}
+
+/// A plan naming a config or split a kernel does not have is an error before the step
+/// runs, never a wrong result.
+#[test]
+fn a_plan_the_kernels_cannot_run_is_an_error() {
+    let seed = fresh_seed("a_plan_the_kernels_cannot_run_is_an_error");
+    let dev = cpu_device(seed).expect("cpu device");
+    let (_, _, lm) = load(&dev, "tiny", seed);
+    let prompts = vec![vec![1, 2, 3]];
+    let run = |plan: StepPlan| {
+        let opts = GenerateOptions {
+            max_new_tokens: 3,
+            ignore_eos: true,
+            plan,
+            ..GenerateOptions::default()
+        };
+        let s = AsyncStream::new(&dev, 2).expect("stream");
+        generate(&lm, &s, &prompts, &opts, &mut |_, _| {})
+    };
+    for (site, choice, needle) in [
+        (
+            Site::Down,
+            SiteChoice {
+                config: Some(999),
+                ..SiteChoice::default()
+            },
+            "config 999 does not exist",
+        ),
+        (
+            Site::OProj,
+            SiteChoice {
+                splits: Some(1000),
+                ..SiteChoice::default()
+            },
+            "GEMV split 1000",
+        ),
+        (
+            Site::Attention,
+            SiteChoice {
+                splits: Some(0),
+                ..SiteChoice::default()
+            },
+            "decode attention split 0",
+        ),
+    ] {
+        let mut plan = StepPlan::default();
+        *plan.site_mut(site) = choice;
+        let e = run(plan).expect_err("a bad plan");
+        assert!(e.to_string().contains(needle), "`{e}` should mention `{needle}`");
+    }
+}
+
 #[test]
 fn tiny_llama_prefill_gemm_path_matches_the_reference() {
     // 2 × 12 prompt rows take the GEMM path of the prefill; llama3 RoPE, group 3, untied.
@@ -137,6 +262,7 @@ fn overlapped_serial_graph_and_eager_generations_agree() {
             force_tokens: None,
             keep_logits: true,
             trace: false,
+            plan: Default::default(),
         };
         generate(&lm, &s, &prompts, &opts, &mut |_, _| {}).expect("generate")
     };

@@ -12,6 +12,7 @@
 use super::mlp::{DECODE_COL_TILE, DECODE_MAX_M, PREFILL_ROW_TILE, gemm_config};
 use crate::config::{Architecture, Config};
 use crate::error::{ModelError, Result};
+use crate::tune::SiteChoice;
 use megaops::launch::AsInput;
 use megaops::{Device, DynGrid, DynRows, LaunchOptions, LaunchTarget, R2, ReleaseNext, Tensor, Tiled, bf16};
 use megaops_kernels::attention::decode::{self, DecodeWorkspace, decode_attention};
@@ -221,8 +222,11 @@ impl Attention {
         // QKV projection.
         acts.qkv.rearm();
         if gemv {
-            plan::linear(
+            let choice = acts.choices[0];
+            plan::linear_with(
                 on,
+                &choice.apply(LaunchOptions::default()),
+                choice.pick(),
                 xn,
                 &self.w_qkv,
                 &mut acts.qkv,
@@ -246,7 +250,7 @@ impl Attention {
         cache.v.rearm();
         qk_norm_rope::launch_with(
             on,
-            &acts.opts(rope_config),
+            &acts.choices[1].apply(acts.opts(rope_config)),
             &acts.qkv,
             pos.positions,
             pos.slots,
@@ -271,7 +275,7 @@ impl Attention {
                 let config = decode::config_index(dh, hq, hkv).ok_or_else(|| {
                     ModelError::Unsupported(format!("decode attention for head_dim {dh}, {hq}/{hkv} heads"))
                 })?;
-                let opts = acts.opts(config);
+                let opts = acts.choices[2].apply(acts.opts(config));
                 let ws = acts
                     .decode_ws
                     .as_mut()
@@ -323,8 +327,11 @@ impl Attention {
         // Output projection.
         acts.out.rearm();
         if gemv {
-            plan::linear(
+            let choice = acts.choices[3];
+            plan::linear_with(
                 on,
+                &choice.apply(LaunchOptions::default()),
+                choice.pick(),
                 &acts.o,
                 &self.w_o,
                 &mut acts.out,
@@ -395,6 +402,8 @@ pub struct AttentionActivations {
     ws_o: Option<SplitWorkspace>,
     decode_ws: Option<DecodeWorkspace>,
     release: ReleaseNext,
+    /// The tuner's choices `[qkv, rope, attention, o]` (unset: the planners').
+    choices: [SiteChoice; 4],
 }
 
 impl AttentionActivations {
@@ -455,6 +464,7 @@ impl AttentionActivations {
             } else {
                 ReleaseNext::LastCta
             },
+            choices: [SiteChoice::default(); 4],
         })
     }
 
@@ -481,6 +491,13 @@ impl AttentionActivations {
     /// When an AsyncStream lets each kernel's successor start (see `MlpActivations::release`).
     pub fn set_release(&mut self, release: ReleaseNext) {
         self.release = release;
+    }
+
+    /// Sets the tuner's choices `[qkv, rope, attention, o]`: config and split of the two
+    /// projection GEMVs, occupancy limit and release point of all four (decode attention's
+    /// split-KV count is the workspace's, set when the activations are built).
+    pub fn set_choices(&mut self, choices: [SiteChoice; 4]) {
+        self.choices = choices;
     }
 
     fn opts(&self, config: usize) -> LaunchOptions {

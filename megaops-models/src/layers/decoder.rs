@@ -13,6 +13,7 @@
 use super::attention::{Attention, AttentionActivations, AttentionDims, AttentionKind, KvCache, Positions};
 use super::mlp::{DECODE_MAX_M, Mlp, MlpActivations, MlpConfig, PREFILL_ROW_TILE};
 use crate::error::Result;
+use crate::tune::{Site, SiteChoice, StepPlan};
 use megaops::{Device, DynRows, LaunchOptions, LaunchTarget, Tensor, Tiled, bf16};
 use megaops_kernels::norm::{add_rmsnorm, rmsnorm};
 
@@ -63,7 +64,7 @@ impl DecoderLayer {
     ) -> Result<()> {
         let m = acts.m as u32;
         let h = self.mlp.config().hidden as u32;
-        let opts = LaunchOptions::config(norm_config(acts.m)?);
+        let opts = acts.norm.apply(LaunchOptions::config(norm_config(acts.m)?));
         acts.xn.rearm();
         let res = match residual {
             Some(res) => {
@@ -127,6 +128,8 @@ pub struct LayerActivations {
     res_mid: Tiled<bf16, DynRows>,
     attn: AttentionActivations,
     mlp: MlpActivations,
+    /// The tuner's choice for both norms (unset: the defaults).
+    norm: SiteChoice,
 }
 
 impl LayerActivations {
@@ -155,7 +158,21 @@ impl LayerActivations {
             res_mid: rows("res_mid")?,
             attn: AttentionActivations::new(device, dims, kind, m, splits, &format!("{name}.attn"))?,
             mlp: MlpActivations::new(device, mlp, m)?,
+            norm: SiteChoice::default(),
         })
+    }
+
+    /// Applies a tuned plan's choices to every kernel of the layer.
+    pub fn set_choices(&mut self, plan: &StepPlan) {
+        self.norm = plan.site(Site::Norm);
+        self.attn.set_choices([
+            plan.site(Site::Qkv),
+            plan.site(Site::Rope),
+            plan.site(Site::Attention),
+            plan.site(Site::OProj),
+        ]);
+        self.mlp
+            .set_gemv_choices([plan.site(Site::GateUp), plan.site(Site::Down)]);
     }
 
     /// The MLP output `[m, h]`.

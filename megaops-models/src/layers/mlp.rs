@@ -35,6 +35,7 @@
 //! before producing them, so it can be called again and again, and captured into a graph
 //! (`AsyncStream::capture`) that is replayed with new inputs written into `x`.
 
+use crate::tune::SiteChoice;
 use megaops::launch::AsInput;
 use megaops::{
     Device, DynGrid, DynRows, Error, LaunchOptions, LaunchTarget, R2, ReleaseNext, Result, Tensor, Tiled, bf16,
@@ -359,8 +360,11 @@ impl Mlp {
         match (acts.path, stage) {
             (MlpPath::Decode, 1) => {
                 acts.act.rearm();
-                plan::gate_up(
+                let choice = acts.gemv_choices[0];
+                plan::gate_up_with(
                     on,
+                    &choice.apply(LaunchOptions::default()),
+                    choice.pick(),
                     &acts.xn,
                     &self.w_gate_up,
                     &mut acts.act,
@@ -373,8 +377,11 @@ impl Mlp {
             }
             (MlpPath::Decode, 2) => {
                 acts.out.rearm();
-                plan::linear(
+                let choice = acts.gemv_choices[1];
+                plan::linear_with(
                     on,
+                    &choice.apply(LaunchOptions::default()),
+                    choice.pick(),
                     &acts.act,
                     &self.w_down,
                     &mut acts.out,
@@ -501,6 +508,8 @@ pub struct MlpActivations {
     ws_down: Option<SplitWorkspace>,
     gemm_configs: [usize; 2],
     release: ReleaseNext,
+    /// The tuner's choices for the decode GEMVs `[gate/up, down]` (unset: the planner's).
+    gemv_choices: [SiteChoice; 2],
 }
 
 impl MlpActivations {
@@ -546,6 +555,7 @@ impl MlpActivations {
                 ws_down: Some(SplitWorkspace::new(device, m, h, plan::MAX_SPLITS as usize, 1)?),
                 gemm_configs: [0, 0],
                 release: ReleaseNext::FirstCta,
+                gemv_choices: [SiteChoice::default(); 2],
             },
             MlpPath::Prefill => MlpActivations {
                 config,
@@ -564,6 +574,7 @@ impl MlpActivations {
                 ws_down: None,
                 gemm_configs: mlp_gemm_configs(m, h, inter, sms),
                 release: ReleaseNext::LastCta,
+                gemv_choices: [SiteChoice::default(); 2],
             },
         })
     }
@@ -599,6 +610,12 @@ impl MlpActivations {
         }
         self.gemm_configs = configs;
         Ok(())
+    }
+
+    /// Sets the decode path's GEMV choices `[gate/up, down]` (a tuner's config, split,
+    /// occupancy limit and release point; unset fields keep the planner's).
+    pub fn set_gemv_choices(&mut self, choices: [SiteChoice; 2]) {
+        self.gemv_choices = choices;
     }
 
     /// When an AsyncStream lets the next kernel of the pass start, for the kernels that

@@ -1,0 +1,453 @@
+//! The tuner on a model: the knob [`Space`] of a decode step (every site's tile config,
+//! prefetch depth, split, occupancy limit and release point, and the streams), a
+//! [`StepTimer`] that times CUDA-graph replays of the step under a [`StepPlan`], and
+//! [`tune`], which runs the search of [`super::search`] from the planners' choices.
+
+use super::knobs::{Family, Release, Site, SiteChoice, StepPlan};
+use super::search::{self, Assignment, Event, Knob, Outcome, SearchOptions};
+use crate::bench::{elapsed_ms, mark, random_prompts};
+use crate::error::{ModelError, Result};
+use crate::generate::Session;
+use crate::model::CausalLm;
+use megaops::AsyncStream;
+use megaops::launch::ConfigInfo;
+use megaops_kernels::attention::decode;
+use megaops_kernels::gemv::plan::{self, ConfigShape, Placement};
+use megaops_kernels::gemv::{gate_up_silu, gemv, lm_head};
+use std::collections::BTreeMap;
+
+/// What a knob of the [`Space`] sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binding {
+    /// The AsyncStream's streams (value: the count).
+    Streams,
+    /// A GEMV site's tile config shape (value: a config index; its `PF` is replaced by the
+    /// site's prefetch knob when there is one).
+    Config(Site),
+    /// A GEMV site's prefetch depth (value: `PF`).
+    Prefetch(Site),
+    /// A site's split (value: the count).
+    Splits(Site),
+    /// A site's occupancy limit (value: `c`, 0 for none).
+    Padding(Site),
+    /// A site's release point (value: 0 first CTA, 1 last CTA).
+    Release(Site),
+}
+
+/// The knobs of one decode step and what each sets.
+#[derive(Clone, Debug)]
+pub struct Space {
+    /// The knobs, in search order; each `start` is the planners' choice.
+    pub knobs: Vec<Knob>,
+    /// What each knob sets (same order).
+    pub bindings: Vec<Binding>,
+    configs: BTreeMap<Site, &'static [ConfigInfo]>,
+    /// The planner's config of each GEMV site.
+    start_configs: BTreeMap<Site, usize>,
+}
+
+/// A GEMV site of the decode step: its kernel's configs and its shape.
+struct GemvSite {
+    site: Site,
+    configs: &'static [ConfigInfo],
+    rg: u32,
+    n: u32,
+    k: u32,
+    split_k: bool,
+}
+
+fn shape(info: &ConfigInfo) -> Result<ConfigShape> {
+    ConfigShape::of(info)
+        .ok_or_else(|| ModelError::Request(format!("cannot read the tiling constants of config `{}`", info.name)))
+}
+
+impl Space {
+    /// The knobs of `lm`'s decode step at `batch` sequences of up to `max_len` positions
+    /// on `sms` SMs, starting from the planners' choices and `streams`, without the
+    /// families in `held` (those stay at the planners' values).
+    pub fn decode(
+        lm: &CausalLm,
+        batch: usize,
+        max_len: usize,
+        sms: u32,
+        streams: usize,
+        held: &[Family],
+    ) -> Result<Space> {
+        let c = lm.config();
+        let dims = lm.model().dims();
+        let (m, h) = (batch as u32, c.hidden_size as u32);
+        let (qd, kvd, inter, v) = (
+            dims.q_dim() as u32,
+            dims.kv_dim() as u32,
+            c.intermediate_size as u32,
+            c.vocab_size as u32,
+        );
+        let gemvs = [
+            GemvSite {
+                site: Site::Qkv,
+                configs: gemv::CONFIGS,
+                rg: 1,
+                n: qd + 2 * kvd,
+                k: h,
+                split_k: true,
+            },
+            GemvSite {
+                site: Site::OProj,
+                configs: gemv::CONFIGS,
+                rg: 1,
+                n: h,
+                k: qd,
+                split_k: true,
+            },
+            GemvSite {
+                site: Site::GateUp,
+                configs: gate_up_silu::CONFIGS,
+                rg: 2,
+                n: inter,
+                k: h,
+                split_k: true,
+            },
+            GemvSite {
+                site: Site::Down,
+                configs: gemv::CONFIGS,
+                rg: 1,
+                n: h,
+                k: inter,
+                split_k: true,
+            },
+            GemvSite {
+                site: Site::LmHead,
+                configs: lm_head::CONFIGS,
+                rg: 1,
+                n: v,
+                k: h,
+                split_k: false,
+            },
+        ];
+        let free = |f: Family| !held.contains(&f);
+        let mut space = Space {
+            knobs: Vec::new(),
+            bindings: Vec::new(),
+            configs: BTreeMap::new(),
+            start_configs: BTreeMap::new(),
+        };
+        let push = |space: &mut Space,
+                    binding: Binding,
+                    family: Family,
+                    name: String,
+                    mut candidates: Vec<u32>,
+                    start: u32| {
+            if !candidates.contains(&start) {
+                candidates.push(start);
+            }
+            candidates.sort_unstable();
+            candidates.dedup();
+            if candidates.len() > 1 && free(family) {
+                space.knobs.push(Knob {
+                    name,
+                    family,
+                    candidates,
+                    start,
+                });
+                space.bindings.push(binding);
+            }
+        };
+        for g in &gemvs {
+            space.configs.insert(g.site, g.configs);
+            let max_splits = if g.split_k { plan::MAX_SPLITS } else { 1 };
+            let start = plan::choose(g.configs, g.rg, m, g.n, g.k, sms, max_splits, Placement::BesideProducer)?;
+            space.start_configs.insert(g.site, start.config);
+            let shapes = g.configs.iter().map(shape).collect::<Result<Vec<_>>>()?;
+            // Config candidates: every config with the start's prefetch depth (the
+            // prefetch knob varies that depth).
+            let configs: Vec<u32> = (0..g.configs.len() as u32)
+                .filter(|&i| shapes[i as usize].pf == start.shape.pf)
+                .collect();
+            let name = g.site.name();
+            push(
+                &mut space,
+                Binding::Config(g.site),
+                Family::TileConfig,
+                format!("{name}.config"),
+                configs,
+                start.config as u32,
+            );
+            let depths: Vec<u32> = shapes.iter().map(|s| s.pf).collect();
+            push(
+                &mut space,
+                Binding::Prefetch(g.site),
+                Family::Prefetch,
+                format!("{name}.prefetch"),
+                depths,
+                start.shape.pf,
+            );
+            if g.split_k {
+                push(
+                    &mut space,
+                    Binding::Splits(g.site),
+                    Family::Split,
+                    format!("{name}.splits"),
+                    vec![1, 2, 4, 8],
+                    start.splits,
+                );
+            }
+        }
+        // Decode attention's split-KV count around the planner's.
+        let s0 = decode::splits_for(m, dims.hkv as u32, max_len as u32, sms);
+        let around: Vec<u32> = [s0 / 4, s0 / 2, s0, s0 * 2, s0 * 4]
+            .into_iter()
+            .map(|s| s.clamp(1, decode::MAX_SPLITS))
+            .collect();
+        push(
+            &mut space,
+            Binding::Splits(Site::Attention),
+            Family::Split,
+            "attn.core.splits".into(),
+            around,
+            s0,
+        );
+        for site in Site::ALL {
+            push(
+                &mut space,
+                Binding::Padding(site),
+                Family::Padding,
+                format!("{}.occupancy", site.name()),
+                vec![0, 1, 2],
+                0,
+            );
+        }
+        for site in Site::ALL {
+            if site != Site::LmHead {
+                push(
+                    &mut space,
+                    Binding::Release(site),
+                    Family::Release,
+                    format!("{}.release", site.name()),
+                    vec![0, 1],
+                    0,
+                );
+            }
+        }
+        push(
+            &mut space,
+            Binding::Streams,
+            Family::Streams,
+            "streams".into(),
+            vec![2, 3, 4],
+            streams as u32,
+        );
+        Ok(space)
+    }
+
+    /// The start assignment (the planners' choices).
+    pub fn start(&self) -> Assignment {
+        self.knobs.iter().map(|k| k.start).collect()
+    }
+
+    /// The plan of an assignment; `None` when it names no existing config (a prefetch
+    /// depth that the config's tile has no variant for). Knobs at their start values are
+    /// written too, so the plan is explicit.
+    pub fn plan(&self, a: &Assignment) -> Option<StepPlan> {
+        let mut plan = StepPlan::default();
+        let mut prefetch: BTreeMap<Site, u32> = BTreeMap::new();
+        for (binding, &value) in self.bindings.iter().zip(a) {
+            match *binding {
+                Binding::Streams => plan.streams = Some(value as usize),
+                Binding::Config(site) => plan.site_mut(site).config = Some(value as usize),
+                Binding::Prefetch(site) => {
+                    prefetch.insert(site, value);
+                }
+                Binding::Splits(site) => plan.site_mut(site).splits = Some(value),
+                Binding::Padding(site) => plan.site_mut(site).occupancy_limit = Some(value),
+                Binding::Release(site) => {
+                    plan.site_mut(site).release = Some(if value == 0 {
+                        Release::FirstCta
+                    } else {
+                        Release::LastCta
+                    })
+                }
+            }
+        }
+        for (site, pf) in prefetch {
+            let configs = self.configs.get(&site)?;
+            let choice: &mut SiteChoice = plan.site_mut(site);
+            let base = match choice.config {
+                Some(c) => c,
+                // No config knob (held, or a single candidate): the planner's config.
+                None => self.start_config(site)?,
+            };
+            let b = ConfigShape::of(configs.get(base)?)?;
+            if b.pf == pf {
+                choice.config = Some(base);
+                continue;
+            }
+            let twin = configs
+                .iter()
+                .position(|i| ConfigShape::of(i).is_some_and(|s| ConfigShape { pf, ..b } == s))?;
+            choice.config = Some(twin);
+        }
+        Some(plan)
+    }
+
+    fn start_config(&self, site: Site) -> Option<usize> {
+        self.start_configs.get(&site).copied()
+    }
+}
+
+/// Times decode steps of one model at one batch size: a session prefilled once, then per
+/// plan a fresh decoder captured as a graph and replayed (median of the replays, CUDA
+/// events; the wall clock on the CPU backend).
+pub struct StepTimer<'m> {
+    lm: &'m CausalLm,
+    session: Session<'m>,
+    first: Vec<u32>,
+    streams: BTreeMap<usize, AsyncStream>,
+    default_streams: usize,
+    warmup: usize,
+    replays: usize,
+}
+
+impl<'m> StepTimer<'m> {
+    /// A timer for `batch` sequences after a prompt of `context` random tokens, with
+    /// `replays` timed replays (after `warmup`) per plan; plans without streams run on
+    /// `streams`.
+    pub fn new(
+        lm: &'m CausalLm,
+        batch: usize,
+        context: usize,
+        streams: usize,
+        warmup: usize,
+        replays: usize,
+    ) -> Result<StepTimer<'m>> {
+        if replays == 0 || streams == 0 {
+            return Err(ModelError::Request(
+                "a step timer needs at least one replay and one stream".into(),
+            ));
+        }
+        let device = lm.lm_head().device().clone();
+        let mut session = Session::new(lm, batch, context, warmup + replays + 2)?;
+        let prompts = random_prompts(batch, context, lm.config().vocab_size, 7);
+        let on = AsyncStream::new(&device, streams)?;
+        let mut prefill = session.prefill_inputs(&prompts)?;
+        session.prefill(&on, &mut prefill)?;
+        on.synchronize()?;
+        let first = prefill.pass().next_ids().tensor().to_vec()?;
+        drop(prefill);
+        let mut map = BTreeMap::new();
+        map.insert(streams, on);
+        Ok(StepTimer {
+            lm,
+            session,
+            first,
+            streams: map,
+            default_streams: streams,
+            warmup,
+            replays,
+        })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &'m CausalLm {
+        self.lm
+    }
+
+    /// Median step time under `plan`, ms.
+    pub fn time(&mut self, plan: &StepPlan) -> Result<f64> {
+        let n = plan.streams.unwrap_or(self.default_streams);
+        if !self.streams.contains_key(&n) {
+            let device = self.lm.lm_head().device().clone();
+            self.streams.insert(n, AsyncStream::new(&device, n)?);
+        }
+        let on = &self.streams[&n];
+        let mut decoder = self.session.decoder_with(&self.first, plan)?;
+        let graph = decoder.capture(on)?;
+        for _ in 0..self.warmup {
+            graph.launch(on)?;
+        }
+        let mut marks = Vec::with_capacity(self.replays + 1);
+        marks.push(mark(on)?);
+        for _ in 0..self.replays {
+            graph.launch(on)?;
+            marks.push(mark(on)?);
+        }
+        on.synchronize()?;
+        let mut times = marks
+            .windows(2)
+            .map(|w| elapsed_ms(&w[0], &w[1]))
+            .collect::<Result<Vec<_>>>()?;
+        times.sort_by(f64::total_cmp);
+        Ok(times[times.len() / 2])
+    }
+}
+
+/// What [`tune`] found.
+#[derive(Clone, Debug)]
+pub struct Tuned {
+    /// The tuned plan (explicit values for every knob of the space).
+    pub plan: StepPlan,
+    /// The plan of the start (the planners' choices, written out).
+    pub start_plan: StepPlan,
+    /// The search's outcome (costs in ms).
+    pub outcome: Outcome,
+    /// The knobs searched.
+    pub knobs: Vec<Knob>,
+    /// Candidates that could not run, with why (`knob = value: error`).
+    pub failures: Vec<String>,
+}
+
+/// Tunes the decode step that `timer` times over `space`: coordinate descent from the
+/// planners' choices within `opts`, calling `on_event` as it goes. A candidate that fails
+/// (a config that does not fit, a split the shape does not take) is skipped and recorded.
+pub fn tune(
+    timer: &mut StepTimer<'_>,
+    space: &Space,
+    opts: &SearchOptions,
+    on_event: &mut dyn FnMut(&Event),
+) -> Result<Tuned> {
+    let mut failures = Vec::new();
+    let mut cost = |a: &Assignment| -> Result<Option<f64>> {
+        let Some(plan) = space.plan(a) else {
+            return Ok(None);
+        };
+        match timer.time(&plan) {
+            Ok(ms) => Ok(Some(ms)),
+            Err(e) => {
+                failures.push(format!("{}: {e}", describe(space, a)));
+                Ok(None)
+            }
+        }
+    };
+    let outcome = search::coordinate_descent(&space.knobs, opts, &mut cost, on_event).map_err(|e| match e {
+        search::SearchError::Cost(e) => e,
+        other => ModelError::Request(format!("tuner: {other}")),
+    })?;
+    let plan = space
+        .plan(&outcome.best)
+        .ok_or_else(|| ModelError::Request("tuner: the best assignment has no plan".into()))?;
+    let start_plan = space
+        .plan(&space.start())
+        .ok_or_else(|| ModelError::Request("tuner: the start assignment has no plan".into()))?;
+    Ok(Tuned {
+        plan,
+        start_plan,
+        outcome,
+        knobs: space.knobs.clone(),
+        failures,
+    })
+}
+
+/// The knobs that differ from their start in `a`, as `name = value`.
+pub fn describe(space: &Space, a: &Assignment) -> String {
+    let moved: Vec<String> = space
+        .knobs
+        .iter()
+        .zip(a)
+        .filter(|(k, v)| k.start != **v)
+        .map(|(k, v)| format!("{} = {v}", k.name))
+        .collect();
+    if moved.is_empty() {
+        "the planners' choices".into()
+    } else {
+        moved.join(", ")
+    }
+}
