@@ -68,9 +68,11 @@
 //! line). Configs 11 and 12 (`WG = 2`) add warp specialisation to 128×256 and 128×128
 //! tiles: a third warpgroup copies through `mbarrier`-guarded stages while the two others
 //! only compute ([`wgmma`], "Warp specialisation"); their `mma.sync` fallback computes the
-//! block in column parts of 64 with the 256 threads of the `WARPS_M × WARPS_N` warps. Their
-//! launch bounds (`MIN_CTAS = 1`: `.maxntid 384`, `.minnctapersm 1`) cap registers at 168
-//! per thread, so that a CTA of 384 threads can launch.
+//! block in column parts with its 256 compute threads: in [`matmul`] parts of 64 columns
+//! by 4 × 2 warps, under the launch bounds `MIN_CTAS = 1` (`.maxntid 384`,
+//! `.minnctapersm 1`: at most 168 registers per thread, so that 384 threads fit an SM's
+//! register file); [`matmul_nn`] launches them with 256 threads (no producer warpgroup)
+//! and computes two column halves by the config's warps.
 //!
 //! [`matmul_nn`] has the same configs (one list for both: `matmul_configs!`).
 
@@ -113,10 +115,11 @@ macro_rules! matmul_configs {
 /// gives): with `BK = 64` its 64×64 warp tiles spill registers.
 ///
 /// A warp-specialised config (`WG = 2`) run by the `mma.sync` pipeline computes its block
-/// in `COL_PARTS = BN / 64` column parts of 64, one after the other: the whole block with
-/// its `WARPS_M × WARPS_N` warps needs about 242 registers per thread, and a part of 128
-/// columns 192, more than the 168 that a CTA of `THREADS = 384` (which counts the producer
-/// warpgroup; launch bounds `MIN_CTAS = 1`) can have per thread.
+/// in `COL_PARTS = BN / 64` column parts of 64, one after the other, with its 8 compute
+/// warps as 4 × 2 (32×32 warp tiles, as config 12's): the whole block with the config's
+/// `WARPS_M × WARPS_N` warps needs about 242 registers per thread, and 64×32 or 64×16 warp
+/// tiles 168–192 in `matmul_nn`, more than the 168 that a CTA of `THREADS = 384` (which
+/// counts the producer warpgroup; launch bounds `MIN_CTAS = 1`) can have without spilling.
 macro_rules! config_tile {
     ($nn:literal) => {
         Tile<
@@ -124,10 +127,10 @@ macro_rules! config_tile {
             { (BN / COL_PARTS) as usize },
             { if WG != 0 { 32 } else { BK as usize } },
             { if WG != 0 { 6 } else { STAGES as usize } },
-            { WARPS_M as usize },
-            { WARPS_N as usize },
-            { (BM / WARPS_M / 16) as usize },
-            { (BN / COL_PARTS / WARPS_N / 8) as usize },
+            { (if WG == 2 { 4 } else { WARPS_M }) as usize },
+            { (if WG == 2 { 2 } else { WARPS_N }) as usize },
+            { (BM / (if WG == 2 { 4 } else { WARPS_M }) / 16) as usize },
+            { (BN / COL_PARTS / (if WG == 2 { 2 } else { WARPS_N }) / 8) as usize },
             $nn,
         >
     };
@@ -222,7 +225,11 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
         THREADS == WARPS_M * WARPS_N * 32 + if WG == 2 { 128 } else { 0 },
         "THREADS must be WARPS_M * WARPS_N * 32, plus a producer warpgroup of 128 when WG = 2"
     );
+    // The `mma.sync` fallback of a `WG = 2` config (launch bounds cap it at 168 registers
+    // for 384 threads): parts of 64 columns, 4 × 2 warps of 32×32.
     const COL_PARTS: u32 = if WG == 2 { BN / 64 } else { 1 };
+    const FB_WARPS_M: u32 = if WG == 2 { 4 } else { WARPS_M };
+    const FB_WARPS_N: u32 = if WG == 2 { 2 } else { WARPS_N };
     // `wgmma` configs use it where it exists: sm_90a, and the CPU backend (which
     // emulates it); elsewhere they run the `mma.sync` pipeline with the same tile.
     const USE_WG: bool = WG != 0 && cfg!(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"));
@@ -267,8 +274,7 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
 /// `n % 8 == 0`.
 #[rustfmt::skip] // one line per annotation item
 #[megaops::kernel(
-    block = THREADS,
-    min_ctas = MIN_CTAS,
+    block = if WG == 2 { THREADS - 128 } else { THREADS },
     smem = (BM + BN) * BK * 2 * STAGES + if WG != 0 { 1024 } else { 0 },
     input(a[m, k] = [pid_m: BM, _]),
     output(c[m, n] = [pid_m: BM, pid_n: BN]),
@@ -281,7 +287,12 @@ pub unsafe fn matmul_nn(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n:
         THREADS == WARPS_M * WARPS_N * 32 + if WG == 2 { 128 } else { 0 },
         "THREADS must be WARPS_M * WARPS_N * 32, plus a producer warpgroup of 128 when WG = 2"
     );
-    const COL_PARTS: u32 = if WG == 2 { BN / 64 } else { 1 };
+    // A `WG = 2` config runs the `mma.sync` pipeline on its 256 compute threads only (the
+    // launch gives no producer warpgroup, so no launch bounds): two column halves with the
+    // config's warps, 192 registers per thread.
+    const COL_PARTS: u32 = if WG == 2 { 2 } else { 1 };
+    const FB_WARPS_M: u32 = WARPS_M;
+    const FB_WARPS_N: u32 = WARPS_N;
     // `matmul_nn` has no `wgmma` path (B would be N-major): its `WG != 0` configs run the
     // `mma.sync` pipeline with the same block.
     type G = config_tile!(true);
