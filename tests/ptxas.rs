@@ -30,40 +30,59 @@ fn every_kernel_entry_assembles_without_spills() {
     let dir = std::env::temp_dir().join(format!("megaops-ptxas-{}", std::process::id()));
     let mut failures = Vec::new();
     let mut total = 0;
-    for (krate, archs) in modules() {
-        assert!(!archs.is_empty(), "{krate} embeds no PTX");
-        for (arch, ptx) in archs {
-            match ptxas::assemble(&ptxas, arch, ptx, &dir, krate) {
-                Err(e) => failures.push(e),
-                Ok(entries) => {
-                    println!("{krate} ({arch}, {} entries):", entries.len());
+    // Every module is assembled at once (ptxas is single-threaded; the sm_90 and sm_90a
+    // kernel modules take most of the time), then reported in order.
+    let jobs: Vec<(&str, &str, &str)> = modules()
+        .into_iter()
+        .flat_map(|(krate, archs)| {
+            assert!(!archs.is_empty(), "{krate} embeds no PTX");
+            archs.iter().map(move |(arch, ptx)| (krate, *arch, *ptx))
+        })
+        .collect();
+    let results: Vec<Result<Vec<EntryReport>, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = jobs
+            .iter()
+            .map(|&(krate, arch, ptx)| {
+                let (ptxas, dir) = (&ptxas, &dir);
+                scope.spawn(move || ptxas::assemble(ptxas, arch, ptx, dir, krate))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("the ptxas thread panicked".into())))
+            .collect()
+    });
+    for (&(krate, arch, _), result) in jobs.iter().zip(results) {
+        match result {
+            Err(e) => failures.push(e),
+            Ok(entries) => {
+                println!("{krate} ({arch}, {} entries):", entries.len());
+                println!(
+                    "  {:<34} {:>4} {:>6} {:>8} {:>8} {:>4} {:>6}",
+                    "entry", "regs", "stack", "spill-st", "spill-ld", "bars", "smem"
+                );
+                for EntryReport {
+                    name,
+                    registers,
+                    stack,
+                    spill_stores,
+                    spill_loads,
+                    barriers,
+                    smem,
+                    performance_losses,
+                } in &entries
+                {
                     println!(
-                        "  {:<34} {:>4} {:>6} {:>8} {:>8} {:>4} {:>6}",
-                        "entry", "regs", "stack", "spill-st", "spill-ld", "bars", "smem"
+                        "  {name:<34} {registers:>4} {stack:>6} {spill_stores:>8} {spill_loads:>8} {barriers:>4} {smem:>6}"
                     );
-                    for EntryReport {
-                        name,
-                        registers,
-                        stack,
-                        spill_stores,
-                        spill_loads,
-                        barriers,
-                        smem,
-                        performance_losses,
-                    } in &entries
-                    {
-                        println!(
-                            "  {name:<34} {registers:>4} {stack:>6} {spill_stores:>8} {spill_loads:>8} {barriers:>4} {smem:>6}"
-                        );
-                        if *spill_stores > 0 || *spill_loads > 0 {
-                            failures.push(format!("{krate} {arch}: `{name}` spills registers"));
-                        }
-                        for loss in performance_losses {
-                            failures.push(format!("{krate} {arch}: `{name}`: ptxas reports {loss}"));
-                        }
+                    if *spill_stores > 0 || *spill_loads > 0 {
+                        failures.push(format!("{krate} {arch}: `{name}` spills registers"));
                     }
-                    total += entries.len();
+                    for loss in performance_losses {
+                        failures.push(format!("{krate} {arch}: `{name}`: ptxas reports {loss}"));
+                    }
                 }
+                total += entries.len();
             }
         }
     }
