@@ -174,7 +174,7 @@ fn tune_one(
 ) -> Result<Tuned> {
     let device = lm.lm_head().device().clone();
     let mut timer = StepTimer::new(lm, batch, context, t.streams, 3, t.replays)?;
-    let space = Space::decode(lm, batch, context + t.replays + 8, device.sm_count(), t.streams, held)?;
+    let space = Space::decode(lm, batch, timer.max_len(), device.sm_count(), t.streams, held)?;
     let bar = ProgressBar::new(opts.budget.as_millis() as u64);
     bar.set_style(
         ProgressStyle::with_template("tuning {msg} {bar:40} {elapsed}/{duration} budget")

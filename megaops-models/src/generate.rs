@@ -195,6 +195,11 @@ impl Prefill {
 }
 
 impl<'m> Session<'m> {
+    /// Positions per sequence the caches hold (prompt plus new tokens).
+    pub fn max_seq(&self) -> usize {
+        self.max_seq
+    }
+
     /// Caches for `batch` sequences of `prompt_len` tokens plus `max_new_tokens`.
     pub fn new(lm: &'m CausalLm, batch: usize, prompt_len: usize, max_new_tokens: usize) -> Result<Session<'m>> {
         let c = lm.config();

@@ -351,6 +351,12 @@ impl<'m> StepTimer<'m> {
         self.lm
     }
 
+    /// Positions per sequence of the session's caches (what sizes decode attention's
+    /// split-KV planner: pass it to [`Space::decode`]).
+    pub fn max_len(&self) -> usize {
+        self.session.max_seq()
+    }
+
     /// Median step time under `plan`, ms.
     pub fn time(&mut self, plan: &StepPlan) -> Result<f64> {
         let n = plan.streams.unwrap_or(self.default_streams);
