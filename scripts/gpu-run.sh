@@ -2,7 +2,7 @@
 # Runs, on a GPU machine, every GPU test (tests whose name contains "gpu") of the bundle
 # made by scripts/gpu-bundle.sh, the Figure 1 example and the benchmark suites, each under
 # its own timeout. Full logs go to $OUT (default ./gpu-out); a short summary is printed
-# last. Usage: [TESTS="bin ..."] gpu-run.sh [tests|bench|all|engine|e2e|trace|sweep|nvtx] [suite:seconds ...]
+# last. Usage: [TESTS="bin ..."] gpu-run.sh [tests|bench|all|engine|e2e|trace|sweep|nvtx|tune|compare] [suite:seconds ...]
 #   engine: TESTS' GPU tests beside bench/hf_compare.py (HF_ARGS, HF_TIMEOUT), then
 #   end-to-end generations of E2E_PRESETS overlapped and with --no-overlap.
 #   e2e: `megaops bench $E2E_ARGS` (E2E_TIMEOUT) into $OUT/e2e.jsonl, then
@@ -16,6 +16,12 @@
 #   stream count (SWEEP_STREAMS), SWEEP_ROUNDS rounds, into $OUT/sweep.jsonl; with
 #   NVTX_CHECK=1 first the NVTX check (nvtx_check below) into $OUT/nvtx.log.
 #   nvtx: only the NVTX check.
+#   tune: TESTS' GPU tests, then `megaops tune` for each of TUNE_PRESETS (default
+#   qwen3-0.6b) at TUNE_BATCHES (default 1) with TUNE_ARGS (timed: the goal is under two
+#   minutes), and, when ABLATION_PRESETS is set, `megaops tune --ablation` for each at
+#   ABLATION_BATCHES (default 1,2,4,8,16) with ABLATION_ARGS into $OUT/ablation-<preset>.jsonl
+#   and .png; the cache is $OUT/tune.json (MEGAOPS_TUNE_CACHE), then `megaops bench`
+#   short-decode overlapped with and without it (BENCH_BATCHES, default 1).
 #   compare: TESTS' GPU tests, then the benchmark suites (arguments, default overlap:50
 #   mlp:25 gemv:40 gemm:40) for each binary of COMPARE_BINS (default "megaops-bench-before
 #   megaops-bench"), binaries interleaved per suite, COMPARE_ROUNDS rounds (default 2),
@@ -27,7 +33,32 @@ cd "$(dirname "$0")"
 what=${1:-all}; shift || true
 suites=("$@")
 if [ ${#suites[@]} -eq 0 ]; then
-  if [ "$what" = compare ]; then suites=(overlap:50 mlp:25 gemv:40 gemm:40)
+  if [ "$what" = tune ]; then
+  named_gpu_tests "$OUT/tune-tests"
+  export MEGAOPS_TUNE_CACHE="$OUT/tune.json"
+  for p in ${TUNE_PRESETS:-qwen3-0.6b}; do
+    s=$(date +%s)
+    timeout -k 5 "${TUNE_TIMEOUT:-300}" ./megaops tune --preset "$p" --batch "${TUNE_BATCHES:-1}" ${TUNE_ARGS:-} \
+      > "$OUT/tune-$p.txt" 2> "$OUT/tune-$p.err"
+    echo "tune $p: rc=$? $(($(date +%s) - s)) s; $(grep -a ' ms (planners)' "$OUT/tune-$p.txt" | tr '\n' ';')" >> "$summary"
+  done
+  for p in ${ABLATION_PRESETS:-}; do
+    s=$(date +%s)
+    timeout -k 5 "${ABLATION_TIMEOUT:-500}" ./megaops tune --preset "$p" --ablation --batch "${ABLATION_BATCHES:-1,2,4,8,16}" \
+      ${ABLATION_ARGS:-} --json "$OUT/ablation-$p.jsonl" --plot "$OUT/ablation-$p.png" \
+      > "$OUT/ablation-$p.md" 2> "$OUT/ablation-$p.err"
+    echo "ablation $p: rc=$? $(($(date +%s) - s)) s" >> "$summary"
+  done
+  for p in ${BENCH_PRESETS:-}; do
+    for c in cache no-cache; do
+      flag=; [ "$c" = no-cache ] && flag=--no-tune-cache
+      timeout -k 5 "${BENCH_TIMEOUT:-120}" ./megaops bench --presets "$p" --workloads short-decode --modes overlapped \
+        --batches "${BENCH_BATCHES:-1}" $flag --json "$OUT/bench-$p-$c.jsonl" > "$OUT/bench-$p-$c.md" 2> "$OUT/bench-$p-$c.err"
+      echo "bench $p $c: rc=$? $(python3 -c 'import json,sys; print(" ".join("b%d=%.4fms" % (r["batch"], r["step_ms"]) for r in map(json.loads, open(sys.argv[1]))))' "$OUT/bench-$p-$c.jsonl" 2>&1 | tail -1)" >> "$summary"
+    done
+  done
+fi
+if [ "$what" = compare ]; then suites=(overlap:50 mlp:25 gemv:40 gemm:40)
   else suites=(overlap:50 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30); fi
 fi
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
