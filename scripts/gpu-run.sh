@@ -33,32 +33,7 @@ cd "$(dirname "$0")"
 what=${1:-all}; shift || true
 suites=("$@")
 if [ ${#suites[@]} -eq 0 ]; then
-  if [ "$what" = tune ]; then
-  named_gpu_tests "$OUT/tune-tests"
-  export MEGAOPS_TUNE_CACHE="$OUT/tune.json"
-  for p in ${TUNE_PRESETS:-qwen3-0.6b}; do
-    s=$(date +%s)
-    timeout -k 5 "${TUNE_TIMEOUT:-300}" ./megaops tune --preset "$p" --batch "${TUNE_BATCHES:-1}" ${TUNE_ARGS:-} \
-      > "$OUT/tune-$p.txt" 2> "$OUT/tune-$p.err"
-    echo "tune $p: rc=$? $(($(date +%s) - s)) s; $(grep -a ' ms (planners)' "$OUT/tune-$p.txt" | tr '\n' ';')" >> "$summary"
-  done
-  for p in ${ABLATION_PRESETS:-}; do
-    s=$(date +%s)
-    timeout -k 5 "${ABLATION_TIMEOUT:-500}" ./megaops tune --preset "$p" --ablation --batch "${ABLATION_BATCHES:-1,2,4,8,16}" \
-      ${ABLATION_ARGS:-} --json "$OUT/ablation-$p.jsonl" --plot "$OUT/ablation-$p.png" \
-      > "$OUT/ablation-$p.md" 2> "$OUT/ablation-$p.err"
-    echo "ablation $p: rc=$? $(($(date +%s) - s)) s" >> "$summary"
-  done
-  for p in ${BENCH_PRESETS:-}; do
-    for c in cache no-cache; do
-      flag=; [ "$c" = no-cache ] && flag=--no-tune-cache
-      timeout -k 5 "${BENCH_TIMEOUT:-120}" ./megaops bench --presets "$p" --workloads short-decode --modes overlapped \
-        --batches "${BENCH_BATCHES:-1}" $flag --json "$OUT/bench-$p-$c.jsonl" > "$OUT/bench-$p-$c.md" 2> "$OUT/bench-$p-$c.err"
-      echo "bench $p $c: rc=$? $(python3 -c 'import json,sys; print(" ".join("b%d=%.4fms" % (r["batch"], r["step_ms"]) for r in map(json.loads, open(sys.argv[1]))))' "$OUT/bench-$p-$c.jsonl" 2>&1 | tail -1)" >> "$summary"
-    done
-  done
-fi
-if [ "$what" = compare ]; then suites=(overlap:50 mlp:25 gemv:40 gemm:40)
+  if [ "$what" = compare ]; then suites=(overlap:50 mlp:25 gemv:40 gemm:40)
   else suites=(overlap:50 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30); fi
 fi
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
@@ -217,6 +192,31 @@ for l in open(sys.argv[1]):
 for k, v in sorted(rows.items()):
     print("%-12s %-12s b=%-2d %-10s %-18s s=%d step_ms %s" % (k + (" ".join("%.4f" % x for x in v),)))
 ' "$OUT/sweep.jsonl" >> "$summary"
+fi
+if [ "$what" = tune ]; then
+  named_gpu_tests "$OUT/tune-tests"
+  export MEGAOPS_TUNE_CACHE="$OUT/tune.json"
+  for p in ${TUNE_PRESETS:-qwen3-0.6b}; do
+    s=$(date +%s)
+    timeout -k 5 "${TUNE_TIMEOUT:-300}" ./megaops tune --preset "$p" --batch "${TUNE_BATCHES:-1}" ${TUNE_ARGS:-} \
+      > "$OUT/tune-$p.txt" 2> "$OUT/tune-$p.err"
+    echo "tune $p: rc=$? $(($(date +%s) - s)) s; $(grep -a ' ms (planners)' "$OUT/tune-$p.txt" | tr '\n' ';')" >> "$summary"
+  done
+  for p in ${ABLATION_PRESETS:-}; do
+    s=$(date +%s)
+    timeout -k 5 "${ABLATION_TIMEOUT:-500}" ./megaops tune --preset "$p" --ablation --batch "${ABLATION_BATCHES:-1,2,4,8,16}" \
+      ${ABLATION_ARGS:-} --json "$OUT/ablation-$p.jsonl" --plot "$OUT/ablation-$p.png" \
+      > "$OUT/ablation-$p.md" 2> "$OUT/ablation-$p.err"
+    echo "ablation $p: rc=$? $(($(date +%s) - s)) s" >> "$summary"
+  done
+  for p in ${BENCH_PRESETS:-}; do
+    for c in cache no-cache; do
+      flag=; [ "$c" = no-cache ] && flag=--no-tune-cache
+      timeout -k 5 "${BENCH_TIMEOUT:-120}" ./megaops bench --presets "$p" --workloads short-decode --modes overlapped \
+        --batches "${BENCH_BATCHES:-1}" $flag --json "$OUT/bench-$p-$c.jsonl" > "$OUT/bench-$p-$c.md" 2> "$OUT/bench-$p-$c.err"
+      echo "bench $p $c: rc=$? $(python3 -c 'import json,sys; print(" ".join("b%d=%.4fms" % (r["batch"], r["step_ms"]) for r in map(json.loads, open(sys.argv[1]))))' "$OUT/bench-$p-$c.jsonl" 2>&1 | tail -1)" >> "$summary"
+    done
+  done
 fi
 if [ "$what" = compare ]; then
   named_gpu_tests "$OUT/tests"

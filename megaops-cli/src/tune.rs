@@ -97,7 +97,7 @@ pub fn run_tune(t: Tune) -> Result<()> {
             megaops_models::model::MAX_BATCH
         )));
     }
-    if t.layers == 0 || t.replays == 0 || t.streams == 0 || !(t.budget_s > 0.0) {
+    if t.layers == 0 || t.replays == 0 || t.streams == 0 || t.budget_s.is_nan() || t.budget_s <= 0.0 {
         return Err(ModelError::Request(
             "--layers, --replays, --streams and --budget-s must be positive".into(),
         ));

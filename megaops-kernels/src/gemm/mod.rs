@@ -121,7 +121,7 @@ macro_rules! matmul_configs {
 /// tiles 168–192 in `matmul_nn`, more than the 168 that a CTA of `THREADS = 384` (which
 /// counts the producer warpgroup; launch bounds `MIN_CTAS = 1`) can have without spilling.
 macro_rules! config_tile {
-    ($nn:literal) => {
+    ($nn:literal, $warps_m:expr, $warps_n:expr) => {
         Tile<
             { BM as usize },
             { (BN / COL_PARTS) as usize },
@@ -228,12 +228,10 @@ pub unsafe fn matmul(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n: u3
     // The `mma.sync` fallback of a `WG = 2` config (launch bounds cap it at 168 registers
     // for 384 threads): parts of 64 columns, 4 × 2 warps of 32×32.
     const COL_PARTS: u32 = if WG == 2 { BN / 64 } else { 1 };
-    const FB_WARPS_M: u32 = if WG == 2 { 4 } else { WARPS_M };
-    const FB_WARPS_N: u32 = if WG == 2 { 2 } else { WARPS_N };
     // `wgmma` configs use it where it exists: sm_90a, and the CPU backend (which
     // emulates it); elsewhere they run the `mma.sync` pipeline with the same tile.
     const USE_WG: bool = WG != 0 && cfg!(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"));
-    type G = config_tile!(false);
+    type G = config_tile!(false, if WG == 2 { 4 } else { WARPS_M }, if WG == 2 { 2 } else { WARPS_N });
     type W = WgTile<{ BM as usize }, { BN as usize }, { STAGES as usize }, { (BN / 8) as usize }, { WG == 2 }, USE_WG>;
     const _: () = assert!(
         !USE_WG || (W::THREADS == THREADS as usize && W::SMEM_BYTES <= ((BM + BN) * BK * 2 * STAGES + 1024) as usize && BK == 64),
@@ -291,11 +289,9 @@ pub unsafe fn matmul_nn(a: *const bf16, b: *const bf16, c: *mut bf16, m: u32, n:
     // launch gives no producer warpgroup, so no launch bounds): two column halves with the
     // config's warps, 192 registers per thread.
     const COL_PARTS: u32 = if WG == 2 { 2 } else { 1 };
-    const FB_WARPS_M: u32 = WARPS_M;
-    const FB_WARPS_N: u32 = WARPS_N;
     // `matmul_nn` has no `wgmma` path (B would be N-major): its `WG != 0` configs run the
     // `mma.sync` pipeline with the same block.
-    type G = config_tile!(true);
+    type G = config_tile!(true, WARPS_M, WARPS_N);
     #[prefetch]
     let tile = G::new(pid_m, pid_n * COL_PARTS, m, n, k);
     // SAFETY: as in `matmul`, with `b` the `[k, n]` matrix and `n % 8 == 0`.
