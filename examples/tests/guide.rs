@@ -82,3 +82,29 @@ fn the_guide_traces_on_the_cpu_backend() -> Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
+
+/// GUIDE.md §8 as written: tuning the tiny model's decode step on the CPU backend.
+#[test]
+fn the_guide_tunes_a_decode_step() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    use megaops_models::GenerateOptions;
+    use std::time::Duration;
+    let dev = cpu_device(8)?;
+    let config = megaops_models::presets::preset("tiny")?;
+    let weights = megaops_models::presets::RandomWeights::new(config.clone(), 8);
+    let lm = megaops_models::CausalLm::load(&dev, &config, &weights, &mut |_, _| {})?;
+    let batch = 1;
+    use megaops_models::tune::{SearchOptions, Space, StepTimer, tune};
+    let mut timer = StepTimer::new(&lm, batch, 128, 2, 3, 30)?; // context 128, 2 streams, 3 + 30 replays
+    let space = Space::decode(&lm, batch, timer.max_len(), dev.sm_count(), 2, &[])?;
+    let budget = SearchOptions {
+        budget: Duration::from_secs(2),
+        ..SearchOptions::default()
+    };
+    let tuned = tune(&mut timer, &space, &budget, &mut |event| println!("{event:?}"))?;
+    let opts = GenerateOptions {
+        plan: tuned.plan,
+        ..GenerateOptions::default()
+    };
+    assert!(!opts.plan.is_default(), "the tuned plan is explicit");
+    Ok(())
+}
