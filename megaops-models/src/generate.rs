@@ -6,6 +6,7 @@
 use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::layers::attention::{AttentionKind, KvCache, Positions};
+use crate::layers::layout::PassLayout;
 use crate::model::{CausalLm, MAX_BATCH, Pass};
 use crate::tune::{Site, StepPlan};
 use megaops::{AsyncStream, Graph, LaunchTarget as _, Tensor, Trace};
@@ -243,7 +244,7 @@ impl<'m> Session<'m> {
             positions: Tensor::from_slice(device, &[m], &positions)?,
             slots: Tensor::from_slice(device, &[m], &slots)?,
             lens: Tensor::from_slice(device, &[batch], &vec![seq as u32; batch])?,
-            pass: Pass::new(self.lm, AttentionKind::Prefill, batch, seq, 1)?,
+            pass: Pass::new(self.lm, AttentionKind::Prefill, batch, seq, PassLayout::default())?,
         })
     }
 
@@ -267,7 +268,8 @@ impl<'m> Session<'m> {
     }
 
     /// [`Session::decoder`] whose steps launch with the knob values of `plan` (its
-    /// attention split-KV count sizes the workspace; its streams are the caller's to use).
+    /// attention split-KV count sizes the workspace and its data tiles tile the pass; its
+    /// streams are the caller's to use).
     pub fn decoder_with(&mut self, first: &[u32], plan: &StepPlan) -> Result<Decoder<'_, 'm>> {
         let (batch, seq, max_seq) = (self.batch, self.seq, self.max_seq);
         let steps = max_seq - seq - 1;
@@ -305,7 +307,11 @@ impl<'m> Session<'m> {
             }
             None => decode::splits_for(batch as u32, dims.hkv as u32, max_seq as u32, device.sm_count()),
         };
-        let mut pass = Pass::new(self.lm, AttentionKind::Decode, batch, 1, splits)?;
+        let layout = PassLayout {
+            attention_splits: splits,
+            tiles: plan.decode_tiles(),
+        };
+        let mut pass = Pass::new(self.lm, AttentionKind::Decode, batch, 1, layout)?;
         pass.set_plan(plan);
         Ok(Decoder {
             lm: self.lm,

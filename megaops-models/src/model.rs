@@ -12,7 +12,8 @@ use crate::error::{ModelError, Result};
 use crate::layers::attention::{Attention, AttentionDims, AttentionKind, KvCache, Positions};
 use crate::layers::config_where;
 use crate::layers::decoder::{DecoderLayer, LayerActivations, norm_config, row_tile};
-use crate::layers::mlp::{DECODE_COL_TILE, DECODE_MAX_M, Mlp, MlpConfig};
+use crate::layers::layout::PassLayout;
+use crate::layers::mlp::{DECODE_MAX_M, Mlp, MlpConfig};
 use crate::tune::{Site, SiteChoice, StepPlan};
 use megaops::{Device, DynChunks, DynGrid, DynRows, LaunchOptions, LaunchTarget, Tensor, Tiled, bf16};
 use megaops_kernels::elementwise::embedding;
@@ -338,9 +339,9 @@ pub struct Pass {
 
 impl Pass {
     /// Tensors for a pass of `batch` sequences of `seq` tokens (`seq = 1` and
-    /// [`AttentionKind::Decode`] for a decode step) of `lm`; `splits` sizes the decode
-    /// attention workspace.
-    pub fn new(lm: &CausalLm, kind: AttentionKind, batch: usize, seq: usize, splits: u32) -> Result<Pass> {
+    /// [`AttentionKind::Decode`] for a decode step) of `lm`, sized by `layout` (decode
+    /// attention's workspace, the decode path's column data tiles).
+    pub fn new(lm: &CausalLm, kind: AttentionKind, batch: usize, seq: usize, layout: PassLayout) -> Result<Pass> {
         let device = lm.lm_head().device();
         let c = lm.config();
         let m = batch * seq;
@@ -352,6 +353,7 @@ impl Pass {
         if kind == AttentionKind::Decode && seq != 1 {
             return Err(ModelError::Request("a decode pass has one token per sequence".into()));
         }
+        layout.tiles.check()?;
         let dims = lm.model.dims;
         let mlp = lm
             .model
@@ -364,7 +366,7 @@ impl Pass {
             Ok(Tiled::new(device, &[n, h], DynRows(row_tile(n)), name)?)
         };
         let sets = (0..lm.model.layers.len().min(2))
-            .map(|i| LayerActivations::new(device, dims, mlp, kind, m, splits, &format!("set{i}")))
+            .map(|i| LayerActivations::new(device, dims, mlp, kind, m, layout, &format!("set{i}")))
             .collect::<Result<Vec<_>>>()?;
         let (last_rows, x_last) = if kind == AttentionKind::Prefill {
             let idx: Vec<u32> = (0..batch).map(|b| (b * seq + seq - 1) as u32).collect();
@@ -388,7 +390,7 @@ impl Pass {
             logits: Tiled::new(
                 device,
                 &[batch, c.vocab_size],
-                DynGrid(DECODE_MAX_M as u32, DECODE_COL_TILE),
+                DynGrid(DECODE_MAX_M as u32, layout.tiles.logits),
                 "logits",
             )?,
             ids: Tiled::new(device, &[batch], DynChunks(1), "next_ids")?,
@@ -398,7 +400,8 @@ impl Pass {
     }
 
     /// Applies a tuned plan's per-site choices to the pass's launches (decode attention's
-    /// split-KV count is fixed when the pass is built: [`Pass::new`]'s `splits`).
+    /// split-KV count and the data tiles are fixed when the pass is built: [`Pass::new`]'s
+    /// `layout`).
     pub fn set_plan(&mut self, plan: &StepPlan) {
         for set in &mut self.sets {
             set.set_choices(plan);

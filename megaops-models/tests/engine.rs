@@ -122,8 +122,9 @@ fn tiny_qwen3_decode_path_matches_the_reference() {
 }
 
 /// A plan that moves every kind of knob away from the planners' choices: other GEMV
-/// configs (one without prefetch), split-K, split-KV, occupancy limits and release
-/// points. The decode steps still match the reference.
+/// configs (one without prefetch), split-K, split-KV, occupancy limits, release points
+/// and data tiles (narrower than a head, ragged, wider than a row). The decode steps still
+/// match the reference.
 #[test]
 fn a_tuned_plan_changes_the_launches_not_the_results() {
     use megaops_kernels::gemv::{gate_up_silu, gemv, lm_head};
@@ -137,6 +138,8 @@ fn a_tuned_plan_changes_the_launches_not_the_results() {
         splits: Some(1),
         occupancy_limit: Some(1),
         release: Some(Release::LastCta),
+        // Narrower than a head: RoPE waits for two tiles per head.
+        data_tile: Some(32),
     };
     *plan.site_mut(Site::Down) = SiteChoice {
         // One warp along k, so that k = 256 splits in two.
@@ -158,6 +161,7 @@ fn a_tuned_plan_changes_the_launches_not_the_results() {
         ),
         splits: Some(2),
         release: Some(Release::LastCta),
+        data_tile: Some(64),
         ..SiteChoice::default()
     };
     *plan.site_mut(Site::Attention) = SiteChoice {
@@ -171,8 +175,12 @@ fn a_tuned_plan_changes_the_launches_not_the_results() {
     };
     *plan.site_mut(Site::LmHead) = SiteChoice {
         config: Some(lm_head::CONFIGS.len() - 1),
+        // 517 logits: the last tile is ragged.
+        data_tile: Some(256),
         ..SiteChoice::default()
     };
+    // Wider than the whole row: one tile per row.
+    plan.site_mut(Site::OProj).data_tile = Some(512);
     check_plan_against_reference(
         "tiny",
         vec![vec![1, 2, 3], vec![500, 17, 42]],
@@ -224,6 +232,14 @@ fn a_plan_the_kernels_cannot_run_is_an_error() {
                 ..SiteChoice::default()
             },
             "decode attention split 0",
+        ),
+        (
+            Site::GateUp,
+            SiteChoice {
+                data_tile: Some(96),
+                ..SiteChoice::default()
+            },
+            "decode data tile of the act tensor: 96 columns",
         ),
     ] {
         let mut plan = StepPlan::default();

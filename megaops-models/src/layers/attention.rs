@@ -9,7 +9,8 @@
 //! tensor-core GEMM above; attention is split-KV decode attention for one new token per
 //! sequence and causal flash attention over the cache for a prompt.
 
-use super::mlp::{DECODE_COL_TILE, DECODE_MAX_M, PREFILL_ROW_TILE, gemm_config};
+use super::layout::PassLayout;
+use super::mlp::{DECODE_MAX_M, PREFILL_ROW_TILE, gemm_config};
 use crate::config::{Architecture, Config};
 use crate::error::{ModelError, Result};
 use crate::tune::SiteChoice;
@@ -386,10 +387,10 @@ fn rope_config(d: u32, heads: u32, kind: AttentionKind) -> Result<usize> {
 ///
 /// | tensor | decode (`m ≤ 16`) | prefill |
 /// |---|---|---|
-/// | `qkv [m, qkv_dim]` (projection → RoPE) | `DynGrid(16, 128)`: the GEMV's column tiles | `DynRows(64)` |
+/// | `qkv [m, qkv_dim]` (projection → RoPE) | `DynGrid(16, tiles.qkv)`: the GEMV's column tiles | `DynRows(64)` |
 /// | `q [m, q_dim]` (RoPE → attention) | `DynRows(1)`: one per RoPE CTA | `DynRows(64)` |
 /// | `o [m, q_dim]` (attention → o_proj) | `DynRows(1)`: a sequence's heads | `DynRows(64)` |
-/// | `out [m, h]` (o_proj →) | `DynGrid(16, 128)` | `DynRows(64)` |
+/// | `out [m, h]` (o_proj →) | `DynGrid(16, tiles.attn_out)` | `DynRows(64)` |
 pub struct AttentionActivations {
     dims: AttentionDims,
     m: usize,
@@ -407,24 +408,27 @@ pub struct AttentionActivations {
 }
 
 impl AttentionActivations {
-    /// Tensors for `m` rows of `kind`; decode attention gets a workspace for `splits`
-    /// splits per sequence and kv head.
+    /// Tensors for `m` rows of `kind`; decode attention gets a workspace for
+    /// `layout.attention_splits` splits per sequence and kv head, and the decode path's
+    /// `qkv` and `out` take `layout.tiles`' column tiles.
     pub fn new(
         device: &Device,
         dims: AttentionDims,
         kind: AttentionKind,
         m: usize,
-        splits: u32,
+        layout: PassLayout,
         name: &str,
     ) -> Result<AttentionActivations> {
         if m == 0 || m > u32::MAX as usize {
             return Err(ModelError::Request(format!("attention pass of {m} rows")));
         }
+        layout.tiles.check()?;
+        let splits = layout.attention_splits;
         let gemv = m <= DECODE_MAX_M;
         let row_tile = if gemv { 1 } else { PREFILL_ROW_TILE };
-        let grid = |cols: usize| {
+        let grid = |cols: usize, tile: u32| {
             if gemv {
-                DynGrid(DECODE_MAX_M as u32, DECODE_COL_TILE)
+                DynGrid(DECODE_MAX_M as u32, tile)
             } else {
                 DynGrid(PREFILL_ROW_TILE, cols as u32)
             }
@@ -452,10 +456,20 @@ impl AttentionActivations {
             dims,
             m,
             kind,
-            qkv: Tiled::new(device, &[m, dims.qkv_dim()], grid(dims.qkv_dim()), &name("qkv"))?,
+            qkv: Tiled::new(
+                device,
+                &[m, dims.qkv_dim()],
+                grid(dims.qkv_dim(), layout.tiles.qkv),
+                &name("qkv"),
+            )?,
             q: Tiled::new(device, &[m, dims.q_dim()], DynRows(row_tile), &name("q"))?,
             o: Tiled::new(device, &[m, dims.q_dim()], DynRows(row_tile), &name("o"))?,
-            out: Tiled::new(device, &[m, dims.hidden], grid(dims.hidden), &name("out"))?,
+            out: Tiled::new(
+                device,
+                &[m, dims.hidden],
+                grid(dims.hidden, layout.tiles.attn_out),
+                &name("out"),
+            )?,
             ws_qkv: split_ws(dims.qkv_dim())?,
             ws_o: split_ws(dims.hidden)?,
             decode_ws,

@@ -11,6 +11,7 @@
 //! both its input and its residual (a plain RMSNorm).
 
 use super::attention::{Attention, AttentionActivations, AttentionDims, AttentionKind, KvCache, Positions};
+use super::layout::PassLayout;
 use super::mlp::{DECODE_MAX_M, Mlp, MlpActivations, MlpConfig, PREFILL_ROW_TILE};
 use crate::error::Result;
 use crate::tune::{Site, SiteChoice, StepPlan};
@@ -133,14 +134,15 @@ pub struct LayerActivations {
 }
 
 impl LayerActivations {
-    /// Tensors for `m` rows; `splits` sizes the decode attention workspace.
+    /// Tensors for `m` rows, sized by `layout` (decode attention's workspace, the decode
+    /// path's column tiles).
     pub fn new(
         device: &Device,
         dims: AttentionDims,
         mlp: MlpConfig,
         kind: AttentionKind,
         m: usize,
-        splits: u32,
+        layout: PassLayout,
         name: &str,
     ) -> Result<LayerActivations> {
         let rows = |what: &str| -> Result<Tiled<bf16, DynRows>> {
@@ -156,8 +158,8 @@ impl LayerActivations {
             xn: rows("xn")?,
             res_in: rows("res_in")?,
             res_mid: rows("res_mid")?,
-            attn: AttentionActivations::new(device, dims, kind, m, splits, &format!("{name}.attn"))?,
-            mlp: MlpActivations::new(device, mlp, m)?,
+            attn: AttentionActivations::new(device, dims, kind, m, layout, &format!("{name}.attn"))?,
+            mlp: MlpActivations::with_col_tile(device, mlp, m, layout.tiles.act)?,
             norm: SiteChoice::default(),
         })
     }

@@ -54,8 +54,9 @@ pub const DECODE_MAX_M: usize = 16;
 /// signals one of them.
 pub const PREFILL_ROW_TILE: u32 = 64;
 
-/// Columns per data tile of the decode path's `act` (the gate/up output, produced in
-/// column tiles of 16–64 by the GEMV kernels).
+/// Default columns per data tile of the decode path's column-tiled tensors (`act`, the
+/// gate/up output, produced in column tiles of 16–64 by the GEMV kernels; see
+/// [`DecodeTiles`](super::DecodeTiles)).
 pub const DECODE_COL_TILE: u32 = 128;
 
 /// The shape of an MLP block: hidden size, intermediate size and the RMSNorm epsilon.
@@ -528,7 +529,18 @@ impl MlpActivations {
     /// [`gemm_config`] for the device's SM count ([`MlpActivations::set_gemm_configs`]
     /// overrides them).
     pub fn new(device: &Device, config: MlpConfig, m: usize) -> Result<MlpActivations> {
+        MlpActivations::with_col_tile(device, config, m, DECODE_COL_TILE)
+    }
+
+    /// [`MlpActivations::new`] with `act_cols` columns per data tile of the decode path's
+    /// `act` (see [`DecodeTiles`](super::DecodeTiles); the prefill path ignores it).
+    pub fn with_col_tile(device: &Device, config: MlpConfig, m: usize, act_cols: u32) -> Result<MlpActivations> {
         config.check()?;
+        super::DecodeTiles {
+            act: act_cols,
+            ..super::DecodeTiles::default()
+        }
+        .check()?;
         if m == 0 || m > u32::MAX as usize {
             return Err(Error::shape(format!(
                 "MLP activations: m = {m} rows (need 1 ≤ m < 2³²)"
@@ -544,12 +556,7 @@ impl MlpActivations {
                 path,
                 xn: Tiled::new(device, &[m, h], DynRows(1), "mlp.xn")?,
                 gu: None,
-                act: Tiled::new(
-                    device,
-                    &[m, inter],
-                    DynGrid(DECODE_MAX_M as u32, DECODE_COL_TILE),
-                    "mlp.act",
-                )?,
+                act: Tiled::new(device, &[m, inter], DynGrid(DECODE_MAX_M as u32, act_cols), "mlp.act")?,
                 out: Tiled::new(device, &[m, h], DynRows(1), "mlp.out")?,
                 ws_gate_up: Some(SplitWorkspace::new(device, m, inter, plan::MAX_SPLITS as usize, 2)?),
                 ws_down: Some(SplitWorkspace::new(device, m, h, plan::MAX_SPLITS as usize, 1)?),

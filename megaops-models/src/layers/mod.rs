@@ -2,10 +2,12 @@
 
 pub mod attention;
 pub mod decoder;
+pub mod layout;
 pub mod mlp;
 
 pub use attention::{Attention, AttentionActivations, AttentionDims, AttentionKind, KvCache, Positions};
 pub use decoder::{DecoderLayer, LayerActivations};
+pub use layout::{DecodeTiles, PassLayout};
 pub use mlp::{Mlp, MlpActivations, MlpConfig, MlpPath};
 
 /// The index of the first tile config of `kernel` whose constants (an entry of its
