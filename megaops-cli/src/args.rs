@@ -235,7 +235,7 @@ pub struct Tune {
     #[arg(long, default_value_t = 2)]
     pub streams: usize,
     /// Knob families to hold at the planners' values (config, prefetch, padding,
-    /// release, split, streams); a plan tuned so is not cached.
+    /// release, split, streams, tiles); a plan tuned so is not cached.
     #[arg(long, value_delimiter = ',')]
     pub hold: Vec<String>,
     /// The cache file (default: $MEGAOPS_TUNE_CACHE, else ~/.cache/megaops/tune.json).

@@ -5,9 +5,9 @@ use crate::args::{ModelArgs, Tune};
 use crate::run::{Source, device, load_layers, open};
 use indicatif::{ProgressBar, ProgressStyle};
 use megaops::Device;
-use megaops_models::bench::Workload;
+use megaops_models::bench::{Workload, median};
 use megaops_models::tune::cache::{self, CacheEntry, CacheKey, Lookup, TuneCache};
-use megaops_models::tune::{Event, Family, SearchOptions, Space, StepPlan, StepTimer, Tuned, tune};
+use megaops_models::tune::{Event, Family, Move, SearchOptions, Space, StepPlan, StepTimer, Tuned, tune};
 use megaops_models::{CausalLm, Config, ModelError, Result};
 use plotters::prelude::*;
 use serde::Serialize;
@@ -17,11 +17,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// The ablation's settings besides "full": one family held at the planners' values each
 /// (SMEM padding with split counts, as the config families that size a kernel's
 /// footprint; the paper's "SMEM padding and stages").
-const HELD: [(&str, &[Family]); 4] = [
+const HELD: [(&str, &[Family]); 5] = [
     ("no prefetch tuning", &[Family::Prefetch]),
     ("no padding / split tuning", &[Family::Padding, Family::Split]),
     ("no release tuning", &[Family::Release]),
     ("no stream tuning", &[Family::Streams]),
+    ("no data-tile tuning", &[Family::DataTile]),
 ];
 
 /// The tune cache to use: `--cache` when given, else [`cache::default_path`].
@@ -181,21 +182,30 @@ fn tune_one(
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.set_message(title.to_string());
+    // A hidden bar (stderr is not a terminal) drops its `println`s: log plain lines.
+    let log = |line: String| {
+        if bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            bar.println(line);
+        }
+    };
     let t0 = Instant::now();
     let tuned = tune(&mut timer, &space, opts, &mut |e| {
         bar.set_position(t0.elapsed().as_millis() as u64);
         match e {
-            Event::Start { cost } => bar.println(format!("{title}: {} knobs, start {cost:.4} ms", space.knobs.len())),
-            Event::Moved(m) => bar.println(format!(
-                "{title}: {} {} → {}: {:.4} → {:.4} ms ({:+.1} %)",
+            Event::Start { cost } => log(format!("{title}: {} knobs, start {cost:.4} ms", space.knobs.len())),
+            Event::Moved(m) => log(format!(
+                "{title}: {} {} → {}: {:.4} → {:.4} ms ({:+.1} %){}",
                 m.knob,
                 m.from,
                 m.to,
                 m.before,
                 m.after,
-                (m.after / m.before - 1.0) * 100.0
+                (m.after / m.before - 1.0) * 100.0,
+                joint_note(m)
             )),
-            Event::BudgetSpent => bar.println(format!("{title}: budget spent")),
+            Event::BudgetSpent => log(format!("{title}: budget spent")),
             Event::Evaluated { .. } => {}
         }
     });
@@ -214,6 +224,14 @@ fn tune_one(
         tuned.failures.len()
     );
     Ok(tuned)
+}
+
+/// `, jointly with <group>` for a move of a group's knobs together.
+fn joint_note(m: &Move) -> String {
+    m.joint
+        .as_ref()
+        .map(|g| format!(", jointly with the other {g} knobs"))
+        .unwrap_or_default()
 }
 
 fn print_tuned(name: &str, batch: usize, tuned: &Tuned) {
@@ -259,8 +277,13 @@ fn entry(
             .iter()
             .map(|m| {
                 format!(
-                    "{}: {} → {} ({:.4} → {:.4} ms)",
-                    m.knob, m.from, m.to, m.before, m.after
+                    "{}: {} → {} ({:.4} → {:.4} ms){}",
+                    m.knob,
+                    m.from,
+                    m.to,
+                    m.before,
+                    m.after,
+                    joint_note(m)
                 )
             })
             .collect(),
@@ -371,13 +394,7 @@ fn ablation(
                 times[i].push(timer.time(plan)?);
             }
         }
-        let med: Vec<f64> = times
-            .into_iter()
-            .map(|mut v| {
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2]
-            })
-            .collect();
+        let med: Vec<f64> = times.into_iter().map(median).collect();
         for (i, (label, _, secs)) in settings.iter().enumerate() {
             rows.push(AblationRow {
                 model: name.to_string(),

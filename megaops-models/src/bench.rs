@@ -236,6 +236,24 @@ pub(crate) fn elapsed_ms(a: &Mark, b: &Mark) -> Result<f64> {
     }
 }
 
+/// Median of `v` (`NaN` when empty).
+pub fn median(v: Vec<f64>) -> f64 {
+    percentiles(v).map_or(f64::NAN, |p| p.0)
+}
+
+/// Times `n` runs of `step` on `on`, ms each: CUDA events between consecutive steps on
+/// the GPU, the wall clock on the CPU backend.
+pub(crate) fn time_each(on: &AsyncStream, n: usize, mut step: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
+    let mut marks = Vec::with_capacity(n + 1);
+    marks.push(mark(on)?);
+    for _ in 0..n {
+        step()?;
+        marks.push(mark(on)?);
+    }
+    on.synchronize()?;
+    marks.windows(2).map(|w| elapsed_ms(&w[0], &w[1])).collect()
+}
+
 /// Median of `v` and its 10th / 90th percentiles.
 fn percentiles(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
     if v.is_empty() {
@@ -296,19 +314,13 @@ pub fn run(
             Mode::Overlapped | Mode::Serial => Some(decoder.capture(&on)?),
         };
         let steps = decoder.max_steps();
-        let mut marks = Vec::with_capacity(steps + 1);
-        marks.push(mark(&on)?);
-        for _ in 0..steps {
+        step_times = time_each(&on, steps, || {
             match &graph {
                 Some(g) => g.launch(&on)?,
                 None => decoder.step(&on)?,
             }
-            marks.push(mark(&on)?);
-        }
-        on.synchronize()?;
-        for w in marks.windows(2) {
-            step_times.push(elapsed_ms(&w[0], &w[1])?);
-        }
+            Ok(())
+        })?;
     }
     let step = percentiles(step_times);
     let step_ms = step.map(|s| s.0);

@@ -78,6 +78,7 @@ fn a_short_tuning_is_never_slower_than_its_start_and_respects_its_budget() {
         noise: 0.05,
         max_rounds: 2,
         confirm: 2,
+        joint: true,
     };
     let t0 = std::time::Instant::now();
     let mut events = 0;

@@ -1,13 +1,16 @@
 //! The tuner on a model: the knob [`Space`] of a decode step (every site's tile config,
-//! prefetch depth, split, occupancy limit and release point, and the streams), a
-//! [`StepTimer`] that times CUDA-graph replays of the step under a [`StepPlan`], and
-//! [`tune`], which runs the search of [`super::search`] from the planners' choices.
+//! prefetch depth, split, occupancy limit and release point, the column data tiles, and
+//! the streams), a [`StepTimer`] that times CUDA-graph replays of the step under a
+//! [`StepPlan`], and [`tune`], which runs the search of [`super::search`] from the
+//! planners' choices.
 
 use super::knobs::{Family, Release, Site, SiteChoice, StepPlan};
 use super::search::{self, Assignment, Event, Knob, Outcome, SearchOptions};
-use crate::bench::{elapsed_ms, mark, random_prompts};
+use crate::bench::{median, random_prompts, time_each};
 use crate::error::{ModelError, Result};
 use crate::generate::Session;
+use crate::layers::DecodeTiles;
+use crate::layers::mlp::DECODE_COL_TILE;
 use crate::model::CausalLm;
 use megaops::AsyncStream;
 use megaops::launch::ConfigInfo;
@@ -32,6 +35,8 @@ pub enum Binding {
     Padding(Site),
     /// A site's release point (value: 0 first CTA, 1 last CTA).
     Release(Site),
+    /// Columns per data tile of a site's output (value: the columns).
+    DataTile(Site),
 }
 
 /// The knobs of one decode step and what each sets.
@@ -131,6 +136,12 @@ impl Space {
             configs: BTreeMap::new(),
             start_configs: BTreeMap::new(),
         };
+        // A GEMV site's config, prefetch depth and split form a group: they size the same
+        // kernel's tile and grid together.
+        let group = |b: Binding| match b {
+            Binding::Config(site) | Binding::Prefetch(site) | Binding::Splits(site) => Some(site.name().to_string()),
+            _ => None,
+        };
         let push = |space: &mut Space,
                     binding: Binding,
                     family: Family,
@@ -148,6 +159,7 @@ impl Space {
                     family,
                     candidates,
                     start,
+                    group: group(binding),
                 });
                 space.bindings.push(binding);
             }
@@ -212,7 +224,7 @@ impl Space {
                 Binding::Padding(site),
                 Family::Padding,
                 format!("{}.occupancy", site.name()),
-                vec![0, 1, 2],
+                vec![0, 1, 2, 4],
                 0,
             );
         }
@@ -227,6 +239,18 @@ impl Space {
                     0,
                 );
             }
+        }
+        // The column data tiles of the tensors the decode path tiles by columns, by the
+        // site that produces each.
+        for site in [Site::Qkv, Site::OProj, Site::GateUp, Site::LmHead] {
+            push(
+                &mut space,
+                Binding::DataTile(site),
+                Family::DataTile,
+                format!("{}.data_tile", site.name()),
+                DecodeTiles::CANDIDATES.to_vec(),
+                DECODE_COL_TILE,
+            );
         }
         push(
             &mut space,
@@ -259,6 +283,7 @@ impl Space {
                 }
                 Binding::Splits(site) => plan.site_mut(site).splits = Some(value),
                 Binding::Padding(site) => plan.site_mut(site).occupancy_limit = Some(value),
+                Binding::DataTile(site) => plan.site_mut(site).data_tile = Some(value),
                 Binding::Release(site) => {
                     plan.site_mut(site).release = Some(if value == 0 {
                         Release::FirstCta
@@ -370,19 +395,8 @@ impl<'m> StepTimer<'m> {
         for _ in 0..self.warmup {
             graph.launch(on)?;
         }
-        let mut marks = Vec::with_capacity(self.replays + 1);
-        marks.push(mark(on)?);
-        for _ in 0..self.replays {
-            graph.launch(on)?;
-            marks.push(mark(on)?);
-        }
-        on.synchronize()?;
-        let mut times = marks
-            .windows(2)
-            .map(|w| elapsed_ms(&w[0], &w[1]))
-            .collect::<Result<Vec<_>>>()?;
-        times.sort_by(f64::total_cmp);
-        Ok(times[times.len() / 2])
+        let times = time_each(on, self.replays, || Ok(graph.launch(on)?))?;
+        Ok(median(times))
     }
 }
 

@@ -2,6 +2,7 @@
 //! every layer, plus the LM head), the [`SiteChoice`] of each, and the [`StepPlan`] a
 //! decode step launches with. A plan with nothing set is what the planners choose.
 
+use crate::layers::DecodeTiles;
 use megaops::ReleaseNext;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -73,17 +74,20 @@ pub enum Family {
     Split,
     /// Streams of the AsyncStream.
     Streams,
+    /// Columns per data tile of the decode path's column-tiled tensors.
+    DataTile,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 6] = [
+    pub const ALL: [Family; 7] = [
         Family::TileConfig,
         Family::Prefetch,
         Family::Padding,
         Family::Release,
         Family::Split,
         Family::Streams,
+        Family::DataTile,
     ];
 
     /// The name on the command line and in the ablation table.
@@ -95,6 +99,7 @@ impl Family {
             Family::Release => "release",
             Family::Split => "split",
             Family::Streams => "streams",
+            Family::DataTile => "tiles",
         }
     }
 
@@ -138,6 +143,10 @@ pub struct SiteChoice {
     /// When the launch releases the next one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release: Option<Release>,
+    /// Columns per data tile of the site's output, for the sites whose decode output is
+    /// tiled by columns (QKV, o_proj, gate/up, LM head; see [`DecodeTiles`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_tile: Option<u32>,
 }
 
 impl SiteChoice {
@@ -185,6 +194,19 @@ impl StepPlan {
         self.sites.entry(site).or_default()
     }
 
+    /// The decode pass's column data tiles: each tiled site's `data_tile`, the default
+    /// where unset.
+    pub fn decode_tiles(&self) -> DecodeTiles {
+        let d = DecodeTiles::default();
+        let cols = |site: Site, default: u32| self.site(site).data_tile.unwrap_or(default);
+        DecodeTiles {
+            qkv: cols(Site::Qkv, d.qkv),
+            attn_out: cols(Site::OProj, d.attn_out),
+            act: cols(Site::GateUp, d.act),
+            logits: cols(Site::LmHead, d.logits),
+        }
+    }
+
     /// Whether nothing is set (the planners' plan).
     pub fn is_default(&self) -> bool {
         self.streams.is_none() && self.sites.values().all(|c| *c == SiteChoice::default())
@@ -214,6 +236,9 @@ impl StepPlan {
             if let Some(r) = c.release {
                 parts.push(format!("release {r:?}"));
             }
+            if let Some(v) = c.data_tile {
+                parts.push(format!("data tiles of {v} columns"));
+            }
             if !parts.is_empty() {
                 out.push(format!("{}: {}", site.name(), parts.join(", ")));
             }
@@ -237,7 +262,9 @@ mod tests {
             splits: Some(2),
             occupancy_limit: Some(1),
             release: Some(Release::LastCta),
+            data_tile: None,
         };
+        plan.site_mut(Site::GateUp).data_tile = Some(64);
         let json = serde_json::to_string(&plan).expect("json");
         assert!(json.contains("\"down\""), "{json}");
         let back: StepPlan = serde_json::from_str(&json).expect("parse");
@@ -251,9 +278,13 @@ mod tests {
             back.describe(),
             vec![
                 "streams: 3".to_string(),
+                "mlp.gate_up: data tiles of 64 columns".to_string(),
                 "mlp.down: config 4, splits 2, occupancy limit 1, release LastCta".to_string()
             ]
         );
+        let tiles = back.decode_tiles();
+        assert_eq!(tiles.act, 64);
+        assert_eq!(tiles.qkv, DecodeTiles::default().qkv);
         assert_eq!(Family::parse("padding"), Some(Family::Padding));
     }
 }

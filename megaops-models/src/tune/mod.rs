@@ -14,4 +14,4 @@ pub mod search;
 pub use cache::{CacheEntry, CacheKey, Lookup, TuneCache};
 pub use engine::{Space, StepTimer, Tuned, tune};
 pub use knobs::{Family, Release, Site, SiteChoice, StepPlan};
-pub use search::{Event, Knob, Outcome, SearchOptions};
+pub use search::{Event, Knob, Move, Outcome, SearchOptions};

@@ -1,9 +1,11 @@
 //! The search of the tuner (paper §3.3): coordinate descent over named knobs, one knob at
-//! a time over its candidates with the others fixed, repeated until a whole round moves
-//! no knob by more than the noise, within a time budget. Knows nothing of GPUs or models:
-//! it calls a cost function on assignments, so it runs (and is tested) anywhere.
+//! a time over its candidates with the others fixed, then the knobs of each group jointly
+//! (every combination), repeated until a whole round moves no knob by more than the noise,
+//! within a time budget. Knows nothing of GPUs or models: it calls a cost function on
+//! assignments, so it runs (and is tested) anywhere.
 
 use super::knobs::Family;
+use crate::bench::median;
 use std::time::{Duration, Instant};
 
 /// One tunable choice: its name, family and candidate values (indices into whatever the
@@ -18,6 +20,9 @@ pub struct Knob {
     pub candidates: Vec<u32>,
     /// The value the search starts from (the planners' choice).
     pub start: u32,
+    /// Knobs that share a group (e.g. one kernel's tile config, prefetch depth and split)
+    /// are also searched jointly, when no single knob moves any more.
+    pub group: Option<String>,
 }
 
 /// One value per knob, in the order of the knobs.
@@ -36,6 +41,8 @@ pub struct SearchOptions {
     /// Times the best and the start assignment are each measured again at the end; the
     /// start wins unless the best is faster on the median.
     pub confirm: usize,
+    /// Whether knobs of a group are searched jointly once single moves stop.
+    pub joint: bool,
 }
 
 impl Default for SearchOptions {
@@ -45,6 +52,7 @@ impl Default for SearchOptions {
             noise: 0.01,
             max_rounds: 4,
             confirm: 3,
+            joint: true,
         }
     }
 }
@@ -61,9 +69,9 @@ pub enum Event {
     Evaluated {
         /// Evaluations so far, this one included.
         evaluations: usize,
-        /// The knob being varied.
+        /// The knob being varied (its group, in a joint move).
         knob: String,
-        /// The candidate value.
+        /// The candidate value (the combination's index, in a joint move).
         value: u32,
         /// Its cost.
         cost: Option<f64>,
@@ -87,6 +95,9 @@ pub struct Move {
     pub before: f64,
     /// The cost with the move.
     pub after: f64,
+    /// The group, when the knob moved together with others of its group (each reported
+    /// with the same costs).
+    pub joint: Option<String>,
 }
 
 /// The result of a search.
@@ -129,14 +140,44 @@ pub enum SearchError<E> {
     Cost(E),
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+/// The groups of `knobs` with at least two members, as (name, knob indices), in order of
+/// first appearance.
+fn groups(knobs: &[Knob]) -> Vec<(String, Vec<usize>)> {
+    let mut out: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, k) in knobs.iter().enumerate() {
+        let Some(g) = &k.group else { continue };
+        match out.iter_mut().find(|(name, _)| name == g) {
+            Some((_, members)) => members.push(i),
+            None => out.push((g.clone(), vec![i])),
+        }
+    }
+    out.retain(|(_, members)| members.len() > 1);
+    out
+}
+
+/// Every combination of the candidates of the knobs `members` (the last varies fastest).
+fn combinations(knobs: &[Knob], members: &[usize]) -> Vec<Vec<u32>> {
+    let mut out = vec![Vec::new()];
+    for &k in members {
+        out = out
+            .into_iter()
+            .flat_map(|prefix| {
+                knobs[k].candidates.iter().map(move |&v| {
+                    let mut c = prefix.clone();
+                    c.push(v);
+                    c
+                })
+            })
+            .collect();
+    }
+    out
 }
 
 /// Coordinate descent from the knobs' `start` values: for each knob in turn, every other
 /// candidate is measured with the other knobs at their current values, and the knob moves
-/// to the cheapest candidate if it beats the current best by more than `opts.noise`.
+/// to the cheapest candidate if it beats the current best by more than `opts.noise`. When
+/// a round moves no single knob and `opts.joint` is set, every combination of each
+/// group's knobs is measured the same way, and the group moves together to the cheapest.
 /// Rounds repeat until one moves nothing, `opts.max_rounds` is reached or the budget is
 /// spent. `cost` returns `Ok(None)` for an assignment that cannot run. At the end the best
 /// and the start are each measured `opts.confirm` more times, alternating, and the start
@@ -210,12 +251,66 @@ pub fn coordinate_descent<E>(
                     to: value,
                     before: best_cost,
                     after: c,
+                    joint: None,
                 };
                 on_event(&Event::Moved(m.clone()));
                 moves.push(m);
                 current[i] = value;
                 best_cost = c;
                 moved = true;
+            }
+        }
+        if !moved && opts.joint {
+            for (group, members) in groups(knobs) {
+                let mut round_best: Option<(Assignment, f64)> = None;
+                for (index, combination) in combinations(knobs, &members).into_iter().enumerate() {
+                    let mut trial = current.clone();
+                    for (&k, &v) in members.iter().zip(&combination) {
+                        trial[k] = v;
+                    }
+                    if trial == current {
+                        continue;
+                    }
+                    if t0.elapsed() >= opts.budget {
+                        budget_spent = true;
+                        on_event(&Event::BudgetSpent);
+                        break 'rounds;
+                    }
+                    evaluations += 1;
+                    let c = cost(&trial).map_err(SearchError::Cost)?;
+                    on_event(&Event::Evaluated {
+                        evaluations,
+                        knob: group.clone(),
+                        value: index as u32,
+                        cost: c,
+                    });
+                    if let Some(c) = c
+                        && round_best.as_ref().is_none_or(|(_, b)| c < *b)
+                    {
+                        round_best = Some((trial, c));
+                    }
+                }
+                if let Some((trial, c)) = round_best
+                    && c < best_cost * (1.0 - opts.noise)
+                {
+                    for &k in &members {
+                        if trial[k] != current[k] {
+                            let m = Move {
+                                knob: knobs[k].name.clone(),
+                                from: current[k],
+                                to: trial[k],
+                                before: best_cost,
+                                after: c,
+                                joint: Some(group.clone()),
+                            };
+                            on_event(&Event::Moved(m.clone()));
+                            moves.push(m);
+                        }
+                    }
+                    current = trial;
+                    best_cost = c;
+                    moved = true;
+                }
             }
         }
         if !moved {
@@ -266,6 +361,7 @@ mod tests {
             family: Family::TileConfig,
             candidates: (0..n).collect(),
             start,
+            group: None,
         }
     }
 
@@ -306,6 +402,40 @@ mod tests {
                 .iter()
                 .any(|e| matches!(e, Event::Moved(m) if m.knob == "a" && m.to == 3))
         );
+    }
+
+    #[test]
+    fn a_group_moves_jointly_where_no_single_knob_can() {
+        // The cost falls only when both knobs move together (a valley along the diagonal):
+        // single moves see no gain, the joint move finds (2, 2).
+        let cost = |a: &Assignment| 10.0 - if a[0] == a[1] { a[0] as f64 } else { -5.0 };
+        let single = [knob("a", 3, 0), knob("b", 3, 0)];
+        let opts = SearchOptions::default();
+        let out =
+            coordinate_descent::<Infallible>(&single, &opts, &mut |a| Ok(Some(cost(a))), &mut |_| {}).expect("search");
+        assert_eq!(out.best, vec![0, 0], "without a group the valley is not found");
+        let grouped: Vec<Knob> = single
+            .iter()
+            .map(|k| Knob {
+                group: Some("g".into()),
+                ..k.clone()
+            })
+            .collect();
+        let mut joint_moves = Vec::new();
+        let out = coordinate_descent::<Infallible>(&grouped, &opts, &mut |a| Ok(Some(cost(a))), &mut |e| {
+            if let Event::Moved(m) = e {
+                joint_moves.push(m.clone())
+            }
+        })
+        .expect("search");
+        assert_eq!(out.best, vec![2, 2]);
+        assert_eq!(joint_moves.len(), 2);
+        assert!(joint_moves.iter().all(|m| m.joint.as_deref() == Some("g") && m.to == 2));
+        // Switched off, the group is searched one knob at a time only.
+        let off = SearchOptions { joint: false, ..opts };
+        let out =
+            coordinate_descent::<Infallible>(&grouped, &off, &mut |a| Ok(Some(cost(a))), &mut |_| {}).expect("search");
+        assert_eq!(out.best, vec![0, 0]);
     }
 
     #[test]
