@@ -124,7 +124,13 @@ class Megaops:
         log(f"[time] megaops {what}: {dt:.2f}s rc={p.returncode}")
         if p.returncode != 0:
             raise RuntimeError(f"megaops {' '.join(args)} exited {p.returncode}:\n{p.stderr[-4000:]}")
+        self.last_stderr = p.stderr
         return p.stdout, p.stderr, dt
+
+    def tune(self, model, batches, workload, budget_s):
+        self.run(f"tune {workload} B={','.join(map(str, batches))}",
+                 ["tune", "--model", model, "--batch", ",".join(map(str, batches)), "--workload", workload,
+                  "--budget-s", str(budget_s)])
 
     def export(self, preset, layers, seed, out):
         self.run(f"export {preset} L={layers}",
@@ -448,6 +454,10 @@ def main():
                          "(default), or seeded random ids (varied keys even when the random model repeats a token)")
     ap.add_argument("--generate-arg", action="append", default=[],
                     help="extra argument passed to every `megaops generate` (e.g. --no-overlap); repeatable")
+    ap.add_argument("--tune-budget-s", type=float, default=0,
+                    help="tune every exported model first (`megaops tune`, this budget per workload, a cache in "
+                         "the work folder) so that each generate runs a tuned plan; a generate that does not say "
+                         "it used one fails its case (default 0: no tuning)")
     args = ap.parse_args()
 
     t_start = time.time()
@@ -465,6 +475,8 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     work = args.workdir or tempfile.mkdtemp(prefix="hf-compare-")
     os.makedirs(work, exist_ok=True)
+    if args.tune_budget_s > 0:
+        os.environ["MEGAOPS_TUNE_CACHE"] = os.path.join(work, "tune.json")
 
     torch = None
     device = "n/a"
@@ -491,6 +503,11 @@ def main():
             if os.path.exists(mdir):
                 shutil.rmtree(mdir)
             mo.export(preset, layers, args.seed, mdir)
+            if args.tune_budget_s > 0:
+                # `generate` looks a plan up by batch and by workload (long decode from 512
+                # prompt tokens on).
+                for workload in sorted({"long-decode" if p >= 512 else "short-decode" for p in plens}):
+                    mo.tune(mdir, batches, workload, args.tune_budget_s)
             with open(os.path.join(mdir, "config.json")) as f:
                 cfg = json.load(f)
             vocab = int(cfg["vocab_size"])
@@ -550,6 +567,12 @@ def main():
                     got_logits = read_logits(lf, n, b, vocab)
                     got_tokens = obj.get("tokens")
                     res = compare(ref_logits, ref_tokens, got_logits, got_tokens, tol, tol_r)
+                    if args.tune_budget_s > 0:
+                        used = [l for l in mo.last_stderr.splitlines() if l.startswith("using the tuned plan")]
+                        entry["tuned_plan"] = used[0] if used else None
+                        if not used:
+                            res["pass"] = False
+                            log(f"!! {preset} B={b} P={p}: generate did not use a tuned plan")
                     meta = {k: obj.get(k) for k in ("backend", "prompt_len", "batch")}
                     meta_ok = meta["prompt_len"] in (None, p) and meta["batch"] in (None, b)
                     res["pass"] = bool(res["pass"] and meta_ok)

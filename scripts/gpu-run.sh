@@ -21,7 +21,10 @@
 #   minutes), and, when ABLATION_PRESETS is set, `megaops tune --ablation` for each at
 #   ABLATION_BATCHES (default 1,2,4,8,16) with ABLATION_ARGS into $OUT/ablation-<preset>.jsonl
 #   and .png; the cache is $OUT/tune.json (MEGAOPS_TUNE_CACHE), then `megaops bench`
-#   short-decode overlapped with and without it (BENCH_BATCHES, default 1).
+#   overlapped with and without it (BENCH_WORKLOADS, default short-decode; BENCH_BATCHES,
+#   default 1); with TUNED_HF_ARGS, hf_compare.py $TUNED_HF_ARGS --tune-budget-s
+#   ${TUNED_HF_BUDGET_S:-10} (transformers against tuned plans; TUNED_HF_TIMEOUT).
+#   Everything under $OUT is also packed as $OUT/tune-out.tgz.
 #   compare: TESTS' GPU tests, then the benchmark suites (arguments, default overlap:50
 #   mlp:25 gemv:40 gemm:40) for each binary of COMPARE_BINS (default "megaops-bench-before
 #   megaops-bench"), binaries interleaved per suite, COMPARE_ROUNDS rounds (default 2),
@@ -212,11 +215,18 @@ if [ "$what" = tune ]; then
   for p in ${BENCH_PRESETS:-}; do
     for c in cache no-cache; do
       flag=; [ "$c" = no-cache ] && flag=--no-tune-cache
-      timeout -k 5 "${BENCH_TIMEOUT:-120}" ./megaops bench --presets "$p" --workloads short-decode --modes overlapped \
+      timeout -k 5 "${BENCH_TIMEOUT:-120}" ./megaops bench --presets "$p" --workloads "${BENCH_WORKLOADS:-short-decode}" --modes overlapped \
         --batches "${BENCH_BATCHES:-1}" $flag --json "$OUT/bench-$p-$c.jsonl" > "$OUT/bench-$p-$c.md" 2> "$OUT/bench-$p-$c.err"
-      echo "bench $p $c: rc=$? $(python3 -c 'import json,sys; print(" ".join("b%d=%.4fms" % (r["batch"], r["step_ms"]) for r in map(json.loads, open(sys.argv[1]))))' "$OUT/bench-$p-$c.jsonl" 2>&1 | tail -1)" >> "$summary"
+      echo "bench $p $c: rc=$? $(python3 -c 'import json,sys; print(" ".join("%s:b%d=%.4fms" % (r["workload"], r["batch"], r["step_ms"]) for r in map(json.loads, open(sys.argv[1]))))' "$OUT/bench-$p-$c.jsonl" 2>&1 | tail -1)" >> "$summary"
     done
   done
+  if [ -n "${TUNED_HF_ARGS:-}" ]; then
+    PYTHONUNBUFFERED=1 timeout -k 5 "${TUNED_HF_TIMEOUT:-300}" python3 hf_compare.py --megaops ./megaops \
+      --out "$OUT/hf-tuned" --controls none --tune-budget-s "${TUNED_HF_BUDGET_S:-10}" $TUNED_HF_ARGS > "$OUT/hf-tuned.log" 2>&1
+    echo "hf_compare (tuned plans): rc=$? at +$(( $(date +%s) - t0 ))s" >> "$summary"
+    grep -a -E "PASS|FAIL|OVERALL|tuned plan" "$OUT/hf-tuned.log" | tail -30 >> "$summary"
+  fi
+  tar czf "$OUT/../tune-out.tgz" -C "$OUT" . && mv "$OUT/../tune-out.tgz" "$OUT/"
 fi
 if [ "$what" = compare ]; then
   named_gpu_tests "$OUT/tests"
