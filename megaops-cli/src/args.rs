@@ -24,10 +24,10 @@ pub enum Command {
     /// Time decode and prefill workloads end to end (presets with random weights or a
     /// folder), overlapped, serial and eager.
     Bench(Bench),
-    /// Tune the decode step's knobs jointly (graph-level autotuning: tile configs,
-    /// prefetch, splits, occupancy limits, release points, streams) and cache the plan,
-    /// which `generate` and `bench` then use; `--show` prints the cache, `--ablation`
-    /// measures what each knob family is worth.
+    /// Tune a decode step's knobs jointly (graph-level autotuning: tile configs,
+    /// prefetch, splits, occupancy limits, release points, data tiles, streams), or a
+    /// prefill's, and cache the plan, which `generate` and `bench` then use; `--show`
+    /// prints the cache, `--ablation` measures what each knob family is worth.
     Tune(Tune),
 }
 
@@ -215,8 +215,9 @@ pub struct Tune {
     /// Batch sizes to tune, one after another.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub batch: Vec<usize>,
-    /// The workload whose decode step is tuned: short-decode (context 128) or
-    /// long-decode (context 1024).
+    /// The workload tuned: the decode step of short-decode (context 128) or long-decode
+    /// (context 1024), or the prefill of 1024-token prompts (prefill: the GEMMs' tile
+    /// configs, occupancy limits and release points).
     #[arg(long, default_value = "short-decode")]
     pub workload: String,
     /// Wall-clock budget per tuning, seconds.

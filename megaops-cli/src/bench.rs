@@ -103,10 +103,7 @@ pub fn run_bench(b: Bench) -> Result<()> {
         let mut rows = Vec::new();
         for s in &specs {
             eprintln!("{name}: {} batch {} {} …", s.workload.name(), s.batch, s.mode.name());
-            let plan = match s.workload {
-                Workload::Prefill => Default::default(),
-                w => crate::tune::cached_plan(&device, &src.full_config, s.batch, w, b.no_tune_cache)?,
-            };
+            let plan = crate::tune::cached_plan(&device, &src.full_config, s.batch, s.workload, b.no_tune_cache)?;
             let streams = b.streams.or(plan.streams).unwrap_or(2);
             let row = bench::run(&lm, &name, s, streams, &plan, read_gbps)?;
             write_json(&mut json, b.json.as_deref(), &row)?;

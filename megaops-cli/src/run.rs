@@ -4,6 +4,7 @@ use crate::args::{Cli, Command, Export, Generate, Info, ModelArgs};
 use crate::bench::run_bench;
 use indicatif::{ProgressBar, ProgressStyle};
 use megaops::{AsyncStream, Device};
+use megaops_models::bench::Workload;
 use megaops_models::checkpoint::{Checkpoint, WeightSource};
 use megaops_models::presets::{self, RandomWeights};
 use megaops_models::tokenizer::Tokenizer;
@@ -166,6 +167,17 @@ fn run_generate(g: Generate) -> Result<()> {
     let (lm, load_s) = load(&device, &src)?;
     let workload = crate::tune::workload_for(prompts[0].len());
     opts.plan = crate::tune::cached_plan(&device, &src.full_config, prompts.len(), workload, g.no_tune_cache)?;
+    // A prefill plan is tuned for prompts of the prefill workload's length; shorter ones
+    // keep the planners' GEMM configs.
+    if workload == Workload::LongDecode {
+        opts.prefill_plan = crate::tune::cached_plan(
+            &device,
+            &src.full_config,
+            prompts.len(),
+            Workload::Prefill,
+            g.no_tune_cache,
+        )?;
+    }
     let streams = g.streams.or(opts.plan.streams).unwrap_or(2);
     let on = if g.no_overlap {
         AsyncStream::serial(&device)?

@@ -7,7 +7,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use megaops::Device;
 use megaops_models::bench::{Workload, median};
 use megaops_models::tune::cache::{self, CacheEntry, CacheKey, Lookup, TuneCache};
-use megaops_models::tune::{Event, Family, Move, SearchOptions, Space, StepPlan, StepTimer, Tuned, tune};
+use megaops_models::tune::{
+    Event, Family, Move, PlanTimer, PrefillTimer, SearchOptions, Space, StepPlan, StepTimer, Tuned, tune,
+};
 use megaops_models::{CausalLm, Config, ModelError, Result};
 use plotters::prelude::*;
 use serde::Serialize;
@@ -87,10 +89,13 @@ pub fn run_tune(t: Tune) -> Result<()> {
         return show(&path);
     }
     let workload = Workload::parse(&t.workload)?;
-    if workload == Workload::Prefill {
+    if workload == Workload::Prefill && t.ablation {
         return Err(ModelError::Request(
-            "the tuner tunes decode steps: --workload short-decode or long-decode".into(),
+            "the ablation is of decode steps: --workload short-decode or long-decode".into(),
         ));
+    }
+    if workload == Workload::Prefill && held.contains(&Family::Streams) {
+        eprintln!("note: a prefill plan has no stream knob (it runs on the decode steps' streams)");
     }
     if t.batch.is_empty() || t.batch.iter().any(|&b| b == 0 || b > megaops_models::model::MAX_BATCH) {
         return Err(ModelError::Request(format!(
@@ -150,7 +155,12 @@ pub fn run_tune(t: Tune) -> Result<()> {
         );
     }
     for &batch in &t.batch {
-        let tuned = tune_one(&lm, batch, context, &t, &held, &opts, &format!("{name} batch {batch}"))?;
+        let title = format!("{name} batch {batch}");
+        let tuned = if workload == Workload::Prefill {
+            tune_prefill(&lm, batch, context, &t, &held, &opts, &title)?
+        } else {
+            tune_one(&lm, batch, context, &t, &held, &opts, &title)?
+        };
         print_tuned(&name, batch, &tuned);
         if held.is_empty() {
             cache.insert(entry(&device, &src.config, batch, workload, layers, &tuned));
@@ -163,7 +173,7 @@ pub fn run_tune(t: Tune) -> Result<()> {
     Ok(())
 }
 
-/// Tunes one batch size with a progress bar; the log says which knob moved.
+/// Tunes the decode step at one batch size after a prompt of `context` tokens.
 fn tune_one(
     lm: &CausalLm,
     batch: usize,
@@ -176,6 +186,28 @@ fn tune_one(
     let device = lm.lm_head().device().clone();
     let mut timer = StepTimer::new(lm, batch, context, t.streams, 3, t.replays)?;
     let space = Space::decode(lm, batch, timer.max_len(), device.sm_count(), t.streams, held)?;
+    search_with_progress(&mut timer, &space, opts, title)
+}
+
+/// Tunes the prefill of `batch` prompts of `seq` tokens (2 warm-up and 5 timed prefills
+/// per candidate).
+fn tune_prefill(
+    lm: &CausalLm,
+    batch: usize,
+    seq: usize,
+    t: &Tune,
+    held: &[Family],
+    opts: &SearchOptions,
+    title: &str,
+) -> Result<Tuned> {
+    let device = lm.lm_head().device().clone();
+    let mut timer = PrefillTimer::new(lm, batch, seq, t.streams, 2, t.replays.min(5))?;
+    let space = Space::prefill(lm, batch, seq, device.sm_count(), held)?;
+    search_with_progress(&mut timer, &space, opts, title)
+}
+
+/// Runs the search with a progress bar; the log says which knob moved.
+fn search_with_progress(timer: &mut dyn PlanTimer, space: &Space, opts: &SearchOptions, title: &str) -> Result<Tuned> {
     let bar = ProgressBar::new(opts.budget.as_millis() as u64);
     bar.set_style(
         ProgressStyle::with_template("tuning {msg} {bar:40} {elapsed}/{duration} budget")
@@ -191,7 +223,7 @@ fn tune_one(
         }
     };
     let t0 = Instant::now();
-    let tuned = tune(&mut timer, &space, opts, &mut |e| {
+    let tuned = tune(timer, space, opts, &mut |e| {
         bar.set_position(t0.elapsed().as_millis() as u64);
         match e {
             Event::Start { cost } => log(format!("{title}: {} knobs, start {cost:.4} ms", space.knobs.len())),

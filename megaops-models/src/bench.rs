@@ -265,9 +265,10 @@ fn percentiles(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
 }
 
 /// Runs `spec` on `lm` and returns its row; `read_gbps` is the roofline of the same run
-/// (see [`read_bandwidth_gbps`]). The decode steps launch with `plan`'s knob values (a
-/// tuned plan; `StepPlan::default()` for the planners'), whose streams, when set,
-/// replace `streams` in the overlapped modes.
+/// (see [`read_bandwidth_gbps`]). The decode steps (the prefill, for
+/// [`Workload::Prefill`]) launch with `plan`'s knob values (a tuned plan;
+/// `StepPlan::default()` for the planners'), whose streams, when set, replace `streams`
+/// in the overlapped modes.
 pub fn run(
     lm: &CausalLm,
     model: &str,
@@ -289,7 +290,11 @@ pub fn run(
     crate::generate::check_request(c, &prompts, &opts)?;
     let on = spec.mode.stream(&device, streams)?;
     let mut session = Session::new(lm, batch, prompt_len, new_tokens)?;
-    let mut prefill = session.prefill_inputs(&prompts)?;
+    let (prefill_plan, decode_plan) = match spec.workload {
+        Workload::Prefill => (plan.clone(), StepPlan::default()),
+        _ => (StepPlan::default(), plan.clone()),
+    };
+    let mut prefill = session.prefill_inputs_with(&prompts, &prefill_plan)?;
 
     // One untimed prefill (module loading, first-touch), then the timed ones.
     session.prefill(&on, &mut prefill)?;
@@ -308,7 +313,7 @@ pub fn run(
 
     let mut step_times = Vec::new();
     if new_tokens > 1 {
-        let mut decoder = session.decoder_with(&first, plan)?;
+        let mut decoder = session.decoder_with(&first, &decode_plan)?;
         let graph = match spec.mode {
             Mode::Eager => None,
             Mode::Overlapped | Mode::Serial => Some(decoder.capture(&on)?),

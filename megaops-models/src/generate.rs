@@ -36,6 +36,9 @@ pub struct GenerateOptions {
     /// The decode step's knob values (a tuned plan, e.g. from the tune cache); the
     /// default runs the planners' choices.
     pub plan: StepPlan,
+    /// The prefill's knob values (a plan tuned for prefill); the default runs the
+    /// planners' choices.
+    pub prefill_plan: StepPlan,
 }
 
 impl Default for GenerateOptions {
@@ -48,6 +51,7 @@ impl Default for GenerateOptions {
             keep_logits: false,
             trace: false,
             plan: StepPlan::default(),
+            prefill_plan: StepPlan::default(),
         }
     }
 }
@@ -228,6 +232,13 @@ impl<'m> Session<'m> {
 
     /// Uploads the prompts (`batch` of `prompt_len` ids) and builds the prefill pass.
     pub fn prefill_inputs(&self, prompts: &[Vec<u32>]) -> Result<Prefill> {
+        self.prefill_inputs_with(prompts, &StepPlan::default())
+    }
+
+    /// [`Session::prefill_inputs`] whose pass launches with the knob values of `plan` (a
+    /// prefill plan: `matmul` configs, occupancy limits and release points; its streams
+    /// are the caller's to use).
+    pub fn prefill_inputs_with(&self, prompts: &[Vec<u32>], plan: &StepPlan) -> Result<Prefill> {
         let (batch, seq, max_seq) = (self.batch, self.seq, self.max_seq);
         if prompts.len() != batch || prompts.iter().any(|p| p.len() != seq) {
             return Err(ModelError::Request(format!(
@@ -244,7 +255,11 @@ impl<'m> Session<'m> {
             positions: Tensor::from_slice(device, &[m], &positions)?,
             slots: Tensor::from_slice(device, &[m], &slots)?,
             lens: Tensor::from_slice(device, &[batch], &vec![seq as u32; batch])?,
-            pass: Pass::new(self.lm, AttentionKind::Prefill, batch, seq, PassLayout::default())?,
+            pass: {
+                let mut pass = Pass::new(self.lm, AttentionKind::Prefill, batch, seq, PassLayout::default())?;
+                pass.set_plan(plan);
+                pass
+            },
         })
     }
 
@@ -431,7 +446,7 @@ pub fn generate(
 
     // Prefill.
     let t0 = Instant::now();
-    let mut prefill = session.prefill_inputs(prompts)?;
+    let mut prefill = session.prefill_inputs_with(prompts, &opts.prefill_plan)?;
     session.prefill(on, &mut prefill)?;
     on.synchronize()?;
     if opts.trace {

@@ -238,8 +238,20 @@ impl Attention {
                 Placement::BesideProducer,
             )?;
         } else {
-            let c = gemm_config(acts.m, d.qkv_dim(), sms, wide_gemm(acts.m, d.qkv_dim(), sms));
-            matmul::launch_with(on, &acts.opts(c), xn, &self.w_qkv, &mut acts.qkv, m, qd + 2 * kvd, h)?;
+            let choice = acts.choices[0];
+            let c = choice
+                .config
+                .unwrap_or_else(|| gemm_config(acts.m, d.qkv_dim(), sms, wide_gemm(acts.m, d.qkv_dim(), sms)));
+            matmul::launch_with(
+                on,
+                &choice.apply(acts.opts(c)),
+                xn,
+                &self.w_qkv,
+                &mut acts.qkv,
+                m,
+                qd + 2 * kvd,
+                h,
+            )?;
         }
         // QK-norm, RoPE and the cache write.
         let rope_config = rope_config(dh, (d.hq + 2 * d.hkv) as u32, acts.kind)?;
@@ -309,7 +321,7 @@ impl Attention {
                 let order = prefill::longest_first(on.device(), m, seq, bm, hq)?;
                 prefill_attention::launch_with(
                     on,
-                    &acts.opts(config).remap(order),
+                    &acts.choices[2].apply(acts.opts(config).remap(order)),
                     &acts.q,
                     &cache.k,
                     &cache.v,
@@ -343,8 +355,20 @@ impl Attention {
                 Placement::BesideProducer,
             )?;
         } else {
-            let c = gemm_config(acts.m, d.hidden, sms, wide_gemm(acts.m, d.hidden, sms));
-            matmul::launch_with(on, &acts.opts(c), &acts.o, &self.w_o, &mut acts.out, m, h, qd)?;
+            let choice = acts.choices[3];
+            let c = choice
+                .config
+                .unwrap_or_else(|| gemm_config(acts.m, d.hidden, sms, wide_gemm(acts.m, d.hidden, sms)));
+            matmul::launch_with(
+                on,
+                &choice.apply(acts.opts(c)),
+                &acts.o,
+                &self.w_o,
+                &mut acts.out,
+                m,
+                h,
+                qd,
+            )?;
         }
         Ok(())
     }
@@ -507,9 +531,10 @@ impl AttentionActivations {
         self.release = release;
     }
 
-    /// Sets the tuner's choices `[qkv, rope, attention, o]`: config and split of the two
-    /// projection GEMVs, occupancy limit and release point of all four (decode attention's
-    /// split-KV count is the workspace's, set when the activations are built).
+    /// Sets the tuner's choices `[qkv, rope, attention, o]`: the two projections' config
+    /// (a GEMV config and split on the decode path, a `matmul` config on the prefill
+    /// path), occupancy limit and release point of all four (decode attention's split-KV
+    /// count is the workspace's, set when the activations are built).
     pub fn set_choices(&mut self, choices: [SiteChoice; 4]) {
         self.choices = choices;
     }

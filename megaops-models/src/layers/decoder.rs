@@ -173,8 +173,7 @@ impl LayerActivations {
             plan.site(Site::Attention),
             plan.site(Site::OProj),
         ]);
-        self.mlp
-            .set_gemv_choices([plan.site(Site::GateUp), plan.site(Site::Down)]);
+        self.mlp.set_choices([plan.site(Site::GateUp), plan.site(Site::Down)]);
     }
 
     /// The MLP output `[m, h]`.

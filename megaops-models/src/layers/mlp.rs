@@ -361,7 +361,7 @@ impl Mlp {
         match (acts.path, stage) {
             (MlpPath::Decode, 1) => {
                 acts.act.rearm();
-                let choice = acts.gemv_choices[0];
+                let choice = acts.choices[0];
                 plan::gate_up_with(
                     on,
                     &choice.apply(LaunchOptions::default()),
@@ -378,7 +378,7 @@ impl Mlp {
             }
             (MlpPath::Decode, 2) => {
                 acts.out.rearm();
-                let choice = acts.gemv_choices[1];
+                let choice = acts.choices[1];
                 plan::linear_with(
                     on,
                     &choice.apply(LaunchOptions::default()),
@@ -402,9 +402,10 @@ impl Mlp {
                     .ok_or_else(|| Error::Invalid("MLP forward: prefill activations lack the gate/up tensor".into()))?;
                 if stage == 1 {
                     gu.rearm();
+                    let choice = acts.choices[0];
                     matmul::launch_with(
                         on,
-                        &opts(acts.gemm_configs[0]),
+                        &choice.apply(opts(choice.config.unwrap_or(acts.gemm_configs[0]))),
                         &acts.xn,
                         &self.w_gate_up,
                         gu,
@@ -421,9 +422,10 @@ impl Mlp {
             }
             (MlpPath::Prefill, 3) => {
                 acts.out.rearm();
+                let choice = acts.choices[1];
                 matmul::launch_with(
                     on,
-                    &opts(acts.gemm_configs[1]),
+                    &choice.apply(opts(choice.config.unwrap_or(acts.gemm_configs[1]))),
                     &acts.act,
                     &self.w_down,
                     &mut acts.out,
@@ -509,8 +511,8 @@ pub struct MlpActivations {
     ws_down: Option<SplitWorkspace>,
     gemm_configs: [usize; 2],
     release: ReleaseNext,
-    /// The tuner's choices for the decode GEMVs `[gate/up, down]` (unset: the planner's).
-    gemv_choices: [SiteChoice; 2],
+    /// The tuner's choices `[gate/up, down]` (unset: the planner's).
+    choices: [SiteChoice; 2],
 }
 
 impl MlpActivations {
@@ -562,7 +564,7 @@ impl MlpActivations {
                 ws_down: Some(SplitWorkspace::new(device, m, h, plan::MAX_SPLITS as usize, 1)?),
                 gemm_configs: [0, 0],
                 release: ReleaseNext::FirstCta,
-                gemv_choices: [SiteChoice::default(); 2],
+                choices: [SiteChoice::default(); 2],
             },
             MlpPath::Prefill => MlpActivations {
                 config,
@@ -581,7 +583,7 @@ impl MlpActivations {
                 ws_down: None,
                 gemm_configs: mlp_gemm_configs(m, h, inter, sms),
                 release: ReleaseNext::LastCta,
-                gemv_choices: [SiteChoice::default(); 2],
+                choices: [SiteChoice::default(); 2],
             },
         })
     }
@@ -619,10 +621,12 @@ impl MlpActivations {
         Ok(())
     }
 
-    /// Sets the decode path's GEMV choices `[gate/up, down]` (a tuner's config, split,
-    /// occupancy limit and release point; unset fields keep the planner's).
-    pub fn set_gemv_choices(&mut self, choices: [SiteChoice; 2]) {
-        self.gemv_choices = choices;
+    /// Sets the tuner's choices `[gate/up, down]`: on the decode path the GEMVs' config,
+    /// split, occupancy limit and release point; on the prefill path the `matmul` config
+    /// (instead of [`MlpActivations::gemm_configs`]), occupancy limit and release point.
+    /// Unset fields keep the planner's.
+    pub fn set_choices(&mut self, choices: [SiteChoice; 2]) {
+        self.choices = choices;
     }
 
     /// When an AsyncStream lets the next kernel of the pass start, for the kernels that

@@ -1,8 +1,9 @@
 //! The tuner on a model: the knob [`Space`] of a decode step (every site's tile config,
 //! prefetch depth, split, occupancy limit and release point, the column data tiles, and
-//! the streams), a [`StepTimer`] that times CUDA-graph replays of the step under a
-//! [`StepPlan`], and [`tune`], which runs the search of [`super::search`] from the
-//! planners' choices.
+//! the streams) or of a prefill (the GEMMs' tile configs, occupancy limits and release
+//! points), a [`PlanTimer`] for each ([`StepTimer`] times CUDA-graph replays of a decode
+//! step, [`PrefillTimer`] prefills), and [`tune`], which runs the search of
+//! [`super::search`] from the planners' choices.
 
 use super::knobs::{Family, Release, Site, SiteChoice, StepPlan};
 use super::search::{self, Assignment, Event, Knob, Outcome, SearchOptions};
@@ -10,11 +11,13 @@ use crate::bench::{median, random_prompts, time_each};
 use crate::error::{ModelError, Result};
 use crate::generate::Session;
 use crate::layers::DecodeTiles;
-use crate::layers::mlp::DECODE_COL_TILE;
+use crate::layers::attention::wide_gemm;
+use crate::layers::mlp::{DECODE_COL_TILE, DECODE_MAX_M, gemm_config, mlp_gemm_configs};
 use crate::model::CausalLm;
 use megaops::AsyncStream;
 use megaops::launch::ConfigInfo;
 use megaops_kernels::attention::decode;
+use megaops_kernels::gemm::matmul;
 use megaops_kernels::gemv::plan::{self, ConfigShape, Placement};
 use megaops_kernels::gemv::{gate_up_silu, gemv, lm_head};
 use std::collections::BTreeMap;
@@ -263,6 +266,88 @@ impl Space {
         Ok(space)
     }
 
+    /// The knobs of `lm`'s prefill of `batch` sequences of `seq` tokens on `sms` SMs,
+    /// starting from the planners' choices, without the families in `held`: the `matmul`
+    /// config of each projection, and the occupancy limit and release point of every
+    /// kernel. The streams are the caller's (a prefill shares them with the decode steps
+    /// that follow it).
+    pub fn prefill(lm: &CausalLm, batch: usize, seq: usize, sms: u32, held: &[Family]) -> Result<Space> {
+        let c = lm.config();
+        let dims = lm.model().dims();
+        let m = batch * seq;
+        if m <= DECODE_MAX_M {
+            return Err(ModelError::Request(format!(
+                "a prefill of {m} rows takes the decode path; tune it as a decode step"
+            )));
+        }
+        let (h, inter) = (c.hidden_size, c.intermediate_size);
+        let gemm_start = |n: usize| gemm_config(m, n, sms, wide_gemm(m, n, sms));
+        let [gate_up, down] = mlp_gemm_configs(m, h, inter, sms);
+        let free = |f: Family| !held.contains(&f);
+        let mut space = Space {
+            knobs: Vec::new(),
+            bindings: Vec::new(),
+            configs: BTreeMap::new(),
+            start_configs: BTreeMap::new(),
+        };
+        let mut push = |binding: Binding, family: Family, name: String, candidates: Vec<u32>, start: u32| {
+            if candidates.len() > 1 && candidates.contains(&start) && free(family) {
+                space.knobs.push(Knob {
+                    name,
+                    family,
+                    candidates,
+                    start,
+                    group: None,
+                });
+                space.bindings.push(binding);
+            }
+        };
+        let all_configs: Vec<u32> = (0..matmul::CONFIGS.len() as u32).collect();
+        for (site, start) in [
+            (Site::Qkv, gemm_start(dims.qkv_dim())),
+            (Site::OProj, gemm_start(h)),
+            (Site::GateUp, gate_up),
+            (Site::Down, down),
+        ] {
+            push(
+                Binding::Config(site),
+                Family::TileConfig,
+                format!("{}.config", site.name()),
+                all_configs.clone(),
+                start as u32,
+            );
+        }
+        let layer_sites = [
+            Site::Norm,
+            Site::Qkv,
+            Site::Rope,
+            Site::Attention,
+            Site::OProj,
+            Site::GateUp,
+            Site::Down,
+        ];
+        for site in layer_sites {
+            push(
+                Binding::Padding(site),
+                Family::Padding,
+                format!("{}.occupancy", site.name()),
+                vec![0, 1, 2],
+                0,
+            );
+        }
+        // The prefill's launches release their successor at their last CTA.
+        for site in layer_sites {
+            push(
+                Binding::Release(site),
+                Family::Release,
+                format!("{}.release", site.name()),
+                vec![0, 1],
+                1,
+            );
+        }
+        Ok(space)
+    }
+
     /// The start assignment (the planners' choices).
     pub fn start(&self) -> Assignment {
         self.knobs.iter().map(|k| k.start).collect()
@@ -317,6 +402,12 @@ impl Space {
     fn start_config(&self, site: Site) -> Option<usize> {
         self.start_configs.get(&site).copied()
     }
+}
+
+/// What [`tune`] measures: the median time of a model's step under a plan, ms.
+pub trait PlanTimer {
+    /// Median time under `plan`, ms.
+    fn time(&mut self, plan: &StepPlan) -> Result<f64>;
 }
 
 /// Times decode steps of one model at one batch size: a session prefilled once, then per
@@ -384,6 +475,12 @@ impl<'m> StepTimer<'m> {
 
     /// Median step time under `plan`, ms.
     pub fn time(&mut self, plan: &StepPlan) -> Result<f64> {
+        PlanTimer::time(self, plan)
+    }
+}
+
+impl PlanTimer for StepTimer<'_> {
+    fn time(&mut self, plan: &StepPlan) -> Result<f64> {
         let n = plan.streams.unwrap_or(self.default_streams);
         if !self.streams.contains_key(&n) {
             let device = self.lm.lm_head().device().clone();
@@ -396,6 +493,55 @@ impl<'m> StepTimer<'m> {
             graph.launch(on)?;
         }
         let times = time_each(on, self.replays, || Ok(graph.launch(on)?))?;
+        Ok(median(times))
+    }
+}
+
+/// Times prefills of one model: `batch` random prompts of `seq` tokens, per plan a fresh
+/// prefill pass run `warmup` times and then `reps` timed times (median; CUDA events on the
+/// GPU, the wall clock on the CPU backend), on the timer's AsyncStream.
+pub struct PrefillTimer<'m> {
+    session: Session<'m>,
+    prompts: Vec<Vec<u32>>,
+    on: AsyncStream,
+    warmup: usize,
+    reps: usize,
+}
+
+impl<'m> PrefillTimer<'m> {
+    /// A timer for prefills of `batch` × `seq` tokens on `streams` streams.
+    pub fn new(
+        lm: &'m CausalLm,
+        batch: usize,
+        seq: usize,
+        streams: usize,
+        warmup: usize,
+        reps: usize,
+    ) -> Result<PrefillTimer<'m>> {
+        if reps == 0 || streams == 0 {
+            return Err(ModelError::Request(
+                "a prefill timer needs at least one rep and one stream".into(),
+            ));
+        }
+        let device = lm.lm_head().device().clone();
+        Ok(PrefillTimer {
+            session: Session::new(lm, batch, seq, 1)?,
+            prompts: random_prompts(batch, seq, lm.config().vocab_size, 7),
+            on: AsyncStream::new(&device, streams)?,
+            warmup,
+            reps,
+        })
+    }
+}
+
+impl PlanTimer for PrefillTimer<'_> {
+    fn time(&mut self, plan: &StepPlan) -> Result<f64> {
+        let mut p = self.session.prefill_inputs_with(&self.prompts, plan)?;
+        for _ in 0..self.warmup {
+            self.session.prefill(&self.on, &mut p)?;
+        }
+        let (session, on) = (&mut self.session, &self.on);
+        let times = time_each(on, self.reps, || session.prefill(on, &mut p))?;
         Ok(median(times))
     }
 }
@@ -415,11 +561,11 @@ pub struct Tuned {
     pub failures: Vec<String>,
 }
 
-/// Tunes the decode step that `timer` times over `space`: coordinate descent from the
-/// planners' choices within `opts`, calling `on_event` as it goes. A candidate that fails
-/// (a config that does not fit, a split the shape does not take) is skipped and recorded.
+/// Tunes the step that `timer` times over `space`: coordinate descent from the planners'
+/// choices within `opts`, calling `on_event` as it goes. A candidate that fails (a config
+/// that does not fit, a split the shape does not take) is skipped and recorded.
 pub fn tune(
-    timer: &mut StepTimer<'_>,
+    timer: &mut dyn PlanTimer,
     space: &Space,
     opts: &SearchOptions,
     on_event: &mut dyn FnMut(&Event),

@@ -1,6 +1,7 @@
 //! Graph-level autotuning (paper §3.3): the knobs of a decode step as data ([`knobs`]),
 //! a coordinate-descent search over them ([`search`]), the search run on a model's
-//! CUDA-graph step ([`engine`]), and the cache of tuned plans on disk ([`cache`]).
+//! CUDA-graph decode step or its prefill ([`engine`]), and the cache of tuned plans on
+//! disk ([`cache`]).
 //!
 //! Knobs are tuned jointly because each one's best value depends on what runs beside it:
 //! a consumer GEMV's config decides how many of its waiting CTAs sit on its producer's
@@ -12,6 +13,6 @@ pub mod knobs;
 pub mod search;
 
 pub use cache::{CacheEntry, CacheKey, Lookup, TuneCache};
-pub use engine::{Space, StepTimer, Tuned, tune};
+pub use engine::{PlanTimer, PrefillTimer, Space, StepTimer, Tuned, tune};
 pub use knobs::{Family, Release, Site, SiteChoice, StepPlan};
 pub use search::{Event, Knob, Move, Outcome, SearchOptions};
