@@ -156,6 +156,7 @@ fn run_generate(g: Generate) -> Result<()> {
         keep_logits: g.logits_out.is_some(),
         trace: g.trace.is_some(),
         plan: Default::default(),
+        prefill_plan: Default::default(),
     };
     if g.streams == Some(0) {
         return Err(ModelError::Request("--streams must be at least 1".into()));

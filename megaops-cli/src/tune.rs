@@ -94,9 +94,6 @@ pub fn run_tune(t: Tune) -> Result<()> {
             "the ablation is of decode steps: --workload short-decode or long-decode".into(),
         ));
     }
-    if workload == Workload::Prefill && held.contains(&Family::Streams) {
-        eprintln!("note: a prefill plan has no stream knob (it runs on the decode steps' streams)");
-    }
     if t.batch.is_empty() || t.batch.iter().any(|&b| b == 0 || b > megaops_models::model::MAX_BATCH) {
         return Err(ModelError::Request(format!(
             "--batch takes sizes from 1 to {}",

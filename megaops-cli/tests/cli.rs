@@ -370,6 +370,28 @@ fn bench_traces_overlapped_rows_and_reports_the_overhead() {
 }
 
 #[test]
+fn tune_refuses_what_it_cannot_time_with_a_clear_error() {
+    for (args, needle) in [
+        (
+            &["tune", "--preset", "tiny", "--workload", "prefill"][..],
+            "longer than the model's context of 512",
+        ),
+        (
+            &["tune", "--preset", "tiny", "--workload", "prefill", "--ablation"][..],
+            "the ablation is of decode steps",
+        ),
+        (
+            &["tune", "--preset", "tiny", "--hold", "tile"][..],
+            "unknown knob family `tile`",
+        ),
+    ] {
+        let out = megaops(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn tune_caches_a_plan_that_generate_uses_and_a_stale_one_is_ignored() {
     let dir = std::env::temp_dir().join(format!("megaops-cli-tune-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");

@@ -61,6 +61,19 @@ fn check_plan_against_reference(
     on: impl Fn(&Device) -> AsyncStream,
     plan: StepPlan,
 ) {
+    check_plans_against_reference(name, prompts, new, on, StepPlan::default(), plan);
+}
+
+/// [`check_against_reference`] with the prefill launched under `prefill_plan` and the
+/// decode steps under `plan`.
+fn check_plans_against_reference(
+    name: &str,
+    prompts: Vec<Vec<u32>>,
+    new: usize,
+    on: impl Fn(&Device) -> AsyncStream,
+    prefill_plan: StepPlan,
+    plan: StepPlan,
+) {
     let seed = fresh_seed(name);
     let dev = cpu_device(seed).expect("cpu device");
     let (config, weights, lm) = load(&dev, name, seed);
@@ -74,6 +87,7 @@ fn check_plan_against_reference(
         keep_logits: true,
         trace: false,
         plan,
+        prefill_plan,
     };
     let s = on(&dev);
     let out = generate(&lm, &s, &prompts, &opts, &mut |_, _| {}).expect("generate");
@@ -259,6 +273,52 @@ fn tiny_llama_prefill_gemm_path_matches_the_reference() {
     check_against_reference("tiny-llama", prompts, 3, |d| AsyncStream::new(d, 3).expect("stream"));
 }
 
+/// A prefill plan with other `matmul` configs for every projection (the largest tile and
+/// the smallest), occupancy limits and release points: the prefill's logits still match.
+#[test]
+fn a_tuned_prefill_plan_changes_the_launches_not_the_results() {
+    use megaops_kernels::gemm::matmul;
+    let config_of = |bm: u32, bn: u32| {
+        matmul::CONSTS
+            .iter()
+            .position(|c| c.BM == bm && c.BN == bn)
+            .unwrap_or_else(|| panic!("a {bm}×{bn} matmul config"))
+    };
+    let mut prefill = StepPlan::default();
+    for (site, config) in [
+        (Site::Qkv, config_of(64, 64)),
+        (Site::OProj, config_of(128, 128)),
+        (Site::GateUp, config_of(64, 128)),
+        (Site::Down, config_of(64, 64)),
+    ] {
+        *prefill.site_mut(site) = SiteChoice {
+            config: Some(config),
+            occupancy_limit: Some(1),
+            release: Some(Release::FirstCta),
+            ..SiteChoice::default()
+        };
+    }
+    for site in [Site::Norm, Site::Rope, Site::Attention] {
+        *prefill.site_mut(site) = SiteChoice {
+            occupancy_limit: Some(2),
+            release: Some(Release::FirstCta),
+            ..SiteChoice::default()
+        };
+    }
+    let prompts = vec![
+        (0..12).map(|i| (i * 37 + 5) % 331).collect(),
+        (0..12).map(|i| (i * 11 + 300) % 331).collect(),
+    ];
+    check_plans_against_reference(
+        "tiny-llama",
+        prompts,
+        3,
+        |d| AsyncStream::new(d, 2).expect("stream"),
+        prefill,
+        StepPlan::default(),
+    );
+}
+
 #[test]
 fn tiny_single_token_prompt_without_overlap() {
     check_against_reference("tiny", vec![vec![7]], 4, |d| AsyncStream::serial(d).expect("stream"));
@@ -279,6 +339,7 @@ fn overlapped_serial_graph_and_eager_generations_agree() {
             keep_logits: true,
             trace: false,
             plan: Default::default(),
+            prefill_plan: Default::default(),
         };
         generate(&lm, &s, &prompts, &opts, &mut |_, _| {}).expect("generate")
     };

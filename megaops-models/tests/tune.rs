@@ -1,11 +1,12 @@
 //! The tuner on a model, on the CPU backend: the knob space of a decode step starts from
 //! the planners' choices, every plan it can name runs, a short tuning returns a plan no
-//! slower than its start, and a held family stays out of the search.
+//! slower than its start, and a held family stays out of the search; the same for the
+//! prefill's space.
 
 use megaops::testing::{cpu_device, fresh_seed};
 use megaops_models::CausalLm;
 use megaops_models::presets::{self, RandomWeights};
-use megaops_models::tune::{Family, SearchOptions, Space, StepPlan, StepTimer, tune};
+use megaops_models::tune::{Family, PlanTimer as _, PrefillTimer, SearchOptions, Space, StepPlan, StepTimer, tune};
 use std::time::Duration;
 
 fn tiny(seed: u64) -> CausalLm {
@@ -90,4 +91,60 @@ fn a_short_tuning_is_never_slower_than_its_start_and_respects_its_budget() {
     assert!(tuned.plan.streams.is_none(), "streams were held");
     // The tuned plan generates.
     assert!(timer.time(&tuned.plan).expect("tuned plan runs") > 0.0);
+}
+
+#[test]
+fn the_prefill_space_tunes_the_gemm_configs_and_its_plans_run() {
+    let lm = tiny(fresh_seed("the_prefill_space_tunes_the_gemm_configs"));
+    let sms = lm.lm_head().device().sm_count();
+    let (batch, seq) = (2, 12);
+    assert!(
+        Space::prefill(&lm, 1, 8, sms, &[]).is_err(),
+        "8 rows take the decode path"
+    );
+    let space = Space::prefill(&lm, batch, seq, sms, &[]).expect("space");
+    for f in [Family::TileConfig, Family::Padding, Family::Release] {
+        assert!(space.knobs.iter().any(|k| k.family == f), "no {f:?} knob");
+    }
+    assert!(
+        space.knobs.iter().all(|k| !matches!(
+            k.family,
+            Family::Streams | Family::Prefetch | Family::Split | Family::DataTile
+        )),
+        "a prefill has no stream, prefetch, split or data-tile knob"
+    );
+    let start = space.plan(&space.start()).expect("start plan");
+    assert!(start.streams.is_none());
+    let mut timer = PrefillTimer::new(&lm, batch, seq, 2, 1, 2).expect("timer");
+    assert!(timer.time(&StepPlan::default()).expect("default plan") > 0.0);
+    assert!(timer.time(&start).expect("start plan") > 0.0);
+    // Every config of one projection, and one value away from the start of the first
+    // knob of each other family (a CPU prefill is slow in a debug build; the search
+    // itself is the decode step's, tested above): each runs or is refused, and the
+    // padding and release plans run.
+    let mut tried = Vec::new();
+    let mut ran = 0;
+    for (i, k) in space.knobs.iter().enumerate() {
+        let values: Vec<u32> = if k.name == "mlp.down.config" {
+            k.candidates.clone()
+        } else if k.family != Family::TileConfig && !tried.contains(&k.family) {
+            tried.push(k.family);
+            k.candidates.iter().copied().filter(|&v| v != k.start).take(1).collect()
+        } else {
+            Vec::new()
+        };
+        for v in values {
+            let mut a = space.start();
+            a[i] = v;
+            let plan = space.plan(&a).expect("a prefill plan");
+            match timer.time(&plan) {
+                Ok(ms) => {
+                    assert!(ms > 0.0);
+                    ran += 1;
+                }
+                Err(e) => assert!(k.family == Family::TileConfig, "{} = {v}: {e}", k.name),
+            }
+        }
+    }
+    assert!(ran >= 4, "{ran} plans ran");
 }

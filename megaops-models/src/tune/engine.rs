@@ -404,6 +404,16 @@ impl Space {
     }
 }
 
+/// Checks that `prompts` and `new_tokens` make a request the model serves (the timers'
+/// sessions are generations too).
+fn check_request(config: &crate::Config, prompts: &[Vec<u32>], new_tokens: usize) -> Result<()> {
+    let opts = crate::GenerateOptions {
+        max_new_tokens: new_tokens,
+        ..crate::GenerateOptions::default()
+    };
+    crate::generate::check_request(config, prompts, &opts)
+}
+
 /// What [`tune`] measures: the median time of a model's step under a plan, ms.
 pub trait PlanTimer {
     /// Median time under `plan`, ms.
@@ -441,8 +451,10 @@ impl<'m> StepTimer<'m> {
             ));
         }
         let device = lm.lm_head().device().clone();
-        let mut session = Session::new(lm, batch, context, warmup + replays + 2)?;
         let prompts = random_prompts(batch, context, lm.config().vocab_size, 7);
+        let steps = warmup + replays + 2;
+        check_request(lm.config(), &prompts, steps)?;
+        let mut session = Session::new(lm, batch, context, steps)?;
         let on = AsyncStream::new(&device, streams)?;
         let mut prefill = session.prefill_inputs(&prompts)?;
         session.prefill(&on, &mut prefill)?;
@@ -524,9 +536,11 @@ impl<'m> PrefillTimer<'m> {
             ));
         }
         let device = lm.lm_head().device().clone();
+        let prompts = random_prompts(batch, seq, lm.config().vocab_size, 7);
+        check_request(lm.config(), &prompts, 1)?;
         Ok(PrefillTimer {
             session: Session::new(lm, batch, seq, 1)?,
-            prompts: random_prompts(batch, seq, lm.config().vocab_size, 7),
+            prompts,
             on: AsyncStream::new(&device, streams)?,
             warmup,
             reps,
