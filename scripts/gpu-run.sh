@@ -217,7 +217,7 @@ if [ "$what" = tune ]; then
       flag=; [ "$c" = no-cache ] && flag=--no-tune-cache
       timeout -k 5 "${BENCH_TIMEOUT:-120}" ./megaops bench --presets "$p" --workloads "${BENCH_WORKLOADS:-short-decode}" --modes overlapped \
         --batches "${BENCH_BATCHES:-1}" $flag --json "$OUT/bench-$p-$c.jsonl" > "$OUT/bench-$p-$c.md" 2> "$OUT/bench-$p-$c.err"
-      echo "bench $p $c: rc=$? $(python3 -c 'import json,sys; print(" ".join("%s:b%d=%.4fms" % (r["workload"], r["batch"], r["step_ms"]) for r in map(json.loads, open(sys.argv[1]))))' "$OUT/bench-$p-$c.jsonl" 2>&1 | tail -1)" >> "$summary"
+      echo "bench $p $c: rc=$? $(python3 -c 'import json,sys; print(" ".join("%s:b%d=%s" % (r["workload"], r["batch"], "step %.4fms" % r["step_ms"] if r["step_ms"] is not None else "prefill %.3fms" % r["prefill_ms"]) for r in map(json.loads, open(sys.argv[1]))))' "$OUT/bench-$p-$c.jsonl" 2>&1 | tail -1)" >> "$summary"
     done
   done
   if [ -n "${TUNED_HF_ARGS:-}" ]; then
