@@ -456,8 +456,9 @@ def main():
                     help="extra argument passed to every `megaops generate` (e.g. --no-overlap); repeatable")
     ap.add_argument("--tune-budget-s", type=float, default=0,
                     help="tune every exported model first (`megaops tune`, this budget per workload, a cache in "
-                         "the work folder) so that each generate runs a tuned plan; a generate that does not say "
-                         "it used one fails its case (default 0: no tuning)")
+                         "the work folder) so that each generate runs tuned plans (prompts of 512 tokens or more: a "
+                         "prefill plan too); a generate that does not say it used them fails its case (default 0: "
+                         "no tuning)")
     args = ap.parse_args()
 
     t_start = time.time()
@@ -504,9 +505,12 @@ def main():
                 shutil.rmtree(mdir)
             mo.export(preset, layers, args.seed, mdir)
             if args.tune_budget_s > 0:
-                # `generate` looks a plan up by batch and by workload (long decode from 512
-                # prompt tokens on).
-                for workload in sorted({"long-decode" if p >= 512 else "short-decode" for p in plens}):
+                # `generate` looks a plan up by batch and by workload (long decode, and a
+                # prefill plan, from 512 prompt tokens on).
+                workloads = {"long-decode" if p >= 512 else "short-decode" for p in plens}
+                if any(p >= 512 for p in plens):
+                    workloads.add("prefill")
+                for workload in sorted(workloads):
                     mo.tune(mdir, batches, workload, args.tune_budget_s)
             with open(os.path.join(mdir, "config.json")) as f:
                 cfg = json.load(f)
@@ -569,10 +573,10 @@ def main():
                     res = compare(ref_logits, ref_tokens, got_logits, got_tokens, tol, tol_r)
                     if args.tune_budget_s > 0:
                         used = [l for l in mo.last_stderr.splitlines() if l.startswith("using the tuned plan")]
-                        entry["tuned_plan"] = used[0] if used else None
-                        if not used:
+                        entry["tuned_plans"] = used
+                        if len(used) < (2 if p >= 512 else 1):
                             res["pass"] = False
-                            log(f"!! {preset} B={b} P={p}: generate did not use a tuned plan")
+                            log(f"!! {preset} B={b} P={p}: generate did not use a tuned plan for each of its workloads")
                     meta = {k: obj.get(k) for k in ("backend", "prompt_len", "batch")}
                     meta_ok = meta["prompt_len"] in (None, p) and meta["batch"] in (None, b)
                     res["pass"] = bool(res["pass"] and meta_ok)

@@ -16,8 +16,8 @@
 #   stream count (SWEEP_STREAMS), SWEEP_ROUNDS rounds, into $OUT/sweep.jsonl; with
 #   NVTX_CHECK=1 first the NVTX check (nvtx_check below) into $OUT/nvtx.log.
 #   nvtx: only the NVTX check.
-#   tune: TESTS' GPU tests, then `megaops tune` for each of TUNE_PRESETS (default
-#   qwen3-0.6b) at TUNE_BATCHES (default 1) with TUNE_ARGS (timed: the goal is under two
+#   tune: TESTS' GPU tests, then `megaops tune` for each of TUNE_PRESETS (unset: the
+#   default qwen3-0.6b; empty: none) at TUNE_BATCHES (default 1) with TUNE_ARGS (timed: the goal is under two
 #   minutes), and, when ABLATION_PRESETS is set, `megaops tune --ablation` for each at
 #   ABLATION_BATCHES (default 1,2,4,8,16) with ABLATION_ARGS into $OUT/ablation-<preset>.jsonl
 #   and .png; the cache is $OUT/tune.json (MEGAOPS_TUNE_CACHE), then `megaops bench`
@@ -199,7 +199,7 @@ fi
 if [ "$what" = tune ]; then
   named_gpu_tests "$OUT/tune-tests"
   export MEGAOPS_TUNE_CACHE="$OUT/tune.json"
-  for p in ${TUNE_PRESETS:-qwen3-0.6b}; do
+  for p in ${TUNE_PRESETS-qwen3-0.6b}; do
     s=$(date +%s)
     timeout -k 5 "${TUNE_TIMEOUT:-300}" ./megaops tune --preset "$p" --batch "${TUNE_BATCHES:-1}" ${TUNE_ARGS:-} \
       > "$OUT/tune-$p.txt" 2> "$OUT/tune-$p.err"
