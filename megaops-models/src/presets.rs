@@ -296,11 +296,37 @@ impl WeightSource for RandomWeights {
                 } else {
                     1.0
                 };
-                megaops::testing::random::<bf16>(n, gain * (3.0 / *fan_in as f64).sqrt(), seed)
+                random_matrix(n, gain * (3.0 / *fan_in as f64).sqrt(), seed)
             }
-            _ => megaops::testing::random::<bf16>(n, 1.0, seed),
+            _ => random_matrix(n, 1.0, seed),
         })
     }
+}
+
+/// Values per chunk of [`random_matrix`].
+const RANDOM_CHUNK: usize = 1 << 20;
+
+/// `n` bf16 values uniform in `[-scale, scale)` from `seed`, made in chunks of
+/// [`RANDOM_CHUNK`] values on the host's cores: chunk 0 from `seed` itself (a tensor of
+/// one chunk is `megaops::testing::random`'s), chunk `i` from `seed` mixed with `i`. The
+/// values depend only on `n`, `scale` and `seed`, not on the number of cores.
+fn random_matrix(n: usize, scale: f64, seed: u64) -> Vec<bf16> {
+    let mut out = vec![bf16::ZERO; n];
+    let mut chunks: Vec<(usize, &mut [bf16])> = out.chunks_mut(RANDOM_CHUNK).enumerate().collect();
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let per_thread = chunks.len().div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        while !chunks.is_empty() {
+            let mine: Vec<(usize, &mut [bf16])> = chunks.drain(..per_thread.min(chunks.len())).collect();
+            s.spawn(move || {
+                for (i, chunk) in mine {
+                    let chunk_seed = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                    chunk.copy_from_slice(&megaops::testing::random::<bf16>(chunk.len(), scale, chunk_seed));
+                }
+            });
+        }
+    });
+    out
 }
 
 /// A `config.json` that transformers reads as `config` means it: every field explicit
@@ -463,4 +489,25 @@ pub fn write_hf_folder(config: &Config, weights: &dyn WeightSource, dir: &Path) 
         path: weights_path,
         reason: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_matrices_are_seeded_per_chunk_and_in_range() {
+        let small = random_matrix(1000, 0.5, 7);
+        assert_eq!(small, megaops::testing::random::<bf16>(1000, 0.5, 7));
+        let n = 2 * RANDOM_CHUNK + 123;
+        let a = random_matrix(n, 0.25, 11);
+        assert_eq!(a, random_matrix(n, 0.25, 11), "deterministic");
+        assert_ne!(a[..64], a[RANDOM_CHUNK..RANDOM_CHUNK + 64], "chunks differ");
+        assert_ne!(a, random_matrix(n, 0.25, 12));
+        assert!(a.iter().all(|x| x.to_f32().abs() <= 0.25));
+        assert_eq!(
+            a[..RANDOM_CHUNK],
+            megaops::testing::random::<bf16>(RANDOM_CHUNK, 0.25, 11)[..]
+        );
+    }
 }
