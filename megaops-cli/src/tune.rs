@@ -125,7 +125,17 @@ pub fn run_tune(t: Tune) -> Result<()> {
     let name = t.preset.clone().unwrap_or_else(|| src.name.clone());
     let device = device()?;
     let layers = t.layers.min(src.config.num_hidden_layers);
-    let (lm, _) = load_layers(&device, &src, layers)?;
+    // The ablation times every plan on the whole model: load it once and tune on its
+    // first layers (shared weights); a tuning alone loads only the layers it times.
+    let whole = if t.ablation {
+        Some(load_layers(&device, &src, src.config.num_hidden_layers)?.0)
+    } else {
+        None
+    };
+    let lm = match &whole {
+        Some(w) => w.first_layers(layers)?,
+        None => load_layers(&device, &src, layers)?.0,
+    };
     let opts = SearchOptions {
         budget: Duration::from_secs_f64(t.budget_s),
         noise: t.noise,
@@ -133,23 +143,8 @@ pub fn run_tune(t: Tune) -> Result<()> {
     };
     let context = workload.prompt_len();
     let mut cache = TuneCache::load(&path)?;
-    if t.ablation {
-        let full = if layers < src.config.num_hidden_layers {
-            Some(load_layers(&device, &src, src.config.num_hidden_layers)?.0)
-        } else {
-            None
-        };
-        return ablation(
-            &t,
-            &name,
-            &src,
-            &lm,
-            full.as_ref().unwrap_or(&lm),
-            &opts,
-            context,
-            &mut cache,
-            &path,
-        );
+    if let Some(whole) = &whole {
+        return ablation(&t, &name, &src, &lm, whole, &opts, context, &mut cache, &path);
     }
     for &batch in &t.batch {
         let title = format!("{name} batch {batch}");

@@ -28,7 +28,9 @@ pub const MAX_BATCH: usize = DECODE_MAX_M;
 /// Reports loading progress: called with the bytes of each tensor as it is uploaded.
 pub type Progress<'a> = &'a mut dyn FnMut(&str, usize);
 
-/// The decoder stack: token embedding, layers and the final norm.
+/// The decoder stack: token embedding, layers and the final norm. Cloning shares the
+/// device weights.
+#[derive(Clone)]
 pub struct Model {
     config: Config,
     dims: AttentionDims,
@@ -39,7 +41,8 @@ pub struct Model {
     norm: Tensor<bf16>,
 }
 
-/// The model and its LM head.
+/// The model and its LM head. Cloning shares the device weights.
+#[derive(Clone)]
 pub struct CausalLm {
     model: Model,
     /// `lm_head.weight`, `[vocab, h]`; `None` when tied to the embedding.
@@ -242,6 +245,21 @@ impl CausalLm {
     /// The config.
     pub fn config(&self) -> &Config {
         &self.model.config
+    }
+
+    /// The model cut to its first `layers` decoder layers (the embedding, final norm and
+    /// LM head kept), sharing the device weights: what a tuner times on a few layers.
+    pub fn first_layers(&self, layers: usize) -> Result<CausalLm> {
+        if layers == 0 || layers > self.model.layers.len() {
+            return Err(ModelError::Request(format!(
+                "the first {layers} of {} decoder layers",
+                self.model.layers.len()
+            )));
+        }
+        let mut lm = self.clone();
+        lm.model.layers.truncate(layers);
+        lm.model.config.num_hidden_layers = layers;
+        Ok(lm)
     }
 
     /// The LM head weight `[vocab, h]` (the embedding when tied).

@@ -387,3 +387,32 @@ fn bad_requests_fail_before_any_device_work() {
     };
     check(vec![vec![1]], &forced, "forced tokens");
 }
+
+/// The first layer of a two-layer model, cut from it, generates what a one-layer model
+/// loaded from the same weights does, bit for bit.
+#[test]
+fn the_first_layers_of_a_model_are_a_model() {
+    let seed = fresh_seed("the_first_layers_of_a_model_are_a_model");
+    let dev = cpu_device(seed).expect("cpu device");
+    let (config, weights, lm) = load(&dev, "tiny", seed);
+    assert!(lm.first_layers(0).is_err() && lm.first_layers(3).is_err());
+    let cut = lm.first_layers(1).expect("first layer");
+    assert_eq!(cut.config().num_hidden_layers, 1);
+    assert_eq!(lm.config().num_hidden_layers, 2, "the model itself keeps its layers");
+    let one = presets::with_layers(config, 1).expect("config");
+    let loaded = CausalLm::load(&dev, &one, &weights, &mut |_, _| {}).expect("load");
+    let prompts = vec![vec![3, 1, 4, 1, 5]];
+    let opts = GenerateOptions {
+        max_new_tokens: 4,
+        ignore_eos: true,
+        keep_logits: true,
+        ..GenerateOptions::default()
+    };
+    let run = |m: &CausalLm| {
+        let s = AsyncStream::new(&dev, 2).expect("stream");
+        generate(m, &s, &prompts, &opts, &mut |_, _| {}).expect("generate")
+    };
+    let (a, b) = (run(&cut), run(&loaded));
+    assert_eq!(a.tokens, b.tokens);
+    assert_eq!(a.logits, b.logits);
+}

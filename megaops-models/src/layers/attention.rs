@@ -142,7 +142,9 @@ pub enum AttentionKind {
     Prefill,
 }
 
-/// The weights of one attention block (PyTorch `Linear` layouts, bf16).
+/// The weights of one attention block (PyTorch `Linear` layouts, bf16; cloning shares
+/// the device weights).
+#[derive(Clone)]
 pub struct Attention {
     dims: AttentionDims,
     /// `[q; k; v]` rows, `[qkv_dim, h]`.

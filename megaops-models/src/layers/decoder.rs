@@ -18,7 +18,8 @@ use crate::tune::{Site, SiteChoice, StepPlan};
 use megaops::{Device, DynRows, LaunchOptions, LaunchTarget, Tensor, Tiled, bf16};
 use megaops_kernels::norm::{add_rmsnorm, rmsnorm};
 
-/// The weights of one decoder layer.
+/// The weights of one decoder layer (cloning shares the device weights).
+#[derive(Clone)]
 pub struct DecoderLayer {
     /// `input_layernorm.weight`, `[h]`.
     input_norm: Tensor<bf16>,

@@ -195,7 +195,9 @@ pub fn gemm_config(m: usize, n: usize, sms: u32, wgmma: bool) -> usize {
     config((64, 64, 0)).unwrap_or(0)
 }
 
-/// The weights of one MLP block on a device (bf16, PyTorch `Linear` layouts).
+/// The weights of one MLP block on a device (bf16, PyTorch `Linear` layouts; cloning
+/// shares the device weights).
+#[derive(Clone)]
 pub struct Mlp {
     config: MlpConfig,
     norm_w: Tensor<bf16>,
