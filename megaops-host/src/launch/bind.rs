@@ -100,20 +100,29 @@ impl<T: DType, R: Rank> AsOutput<T, R> for Tensor<T> {
     }
 }
 
+/// The binding of `t` with `sync` and `note`, read (`written` false) or written; the
+/// producer's handle and the unreplayed-capture note are the caller's to add.
+fn tiled_binding<T: DType, D: DataTiling>(t: &Tiled<T, D>, sync: TileSync, note: TensorNote, written: bool) -> Binding {
+    Binding {
+        addr: t.tensor().addr(),
+        data: t.tensor().buffer().clone(),
+        shape: t.shape().to_vec(),
+        device: t.tensor().device().clone(),
+        sync,
+        buffers: t.buffers(),
+        note: Some((t.id(), note)),
+        tiled: None,
+        tiled_use: Some(t.tiled_use(written)),
+        unreplayed: None,
+    }
+}
+
 impl<T: DType, R: Rank, D: DataTiling + TilesRank<R>> AsInput<T, R> for Tiled<T, D> {
     fn bind_input(&self, kernel: &str, param: &str) -> Result<Binding> {
         let (sync, note, unreplayed) = self.consumer_sync(kernel, param)?;
         Ok(Binding {
-            addr: self.tensor().addr(),
-            data: self.tensor().buffer().clone(),
-            shape: self.shape().to_vec(),
-            device: self.tensor().device().clone(),
-            sync,
-            buffers: self.buffers(),
-            note: Some((self.id(), note)),
-            tiled: None,
-            tiled_use: Some(self.tiled_use(false)),
             unreplayed,
+            ..tiled_binding(self, sync, note, false)
         })
     }
 }
@@ -123,21 +132,13 @@ impl<T: DType, R: Rank, D: DataTiling + TilesRank<R>> AsOutput<T, R> for Tiled<T
         let sync = self.producer_sync(kernel, param)?;
         let note = self.note(self.epoch(), None);
         Ok(Binding {
-            addr: self.tensor().addr(),
-            data: self.tensor().buffer().clone(),
-            shape: self.shape().to_vec(),
-            device: self.tensor().device().clone(),
-            sync,
-            buffers: self.buffers(),
-            note: Some((self.id(), note)),
             tiled: Some(TiledHandle {
                 state: self.state().clone(),
                 sema: self.semaphores().buffer().clone(),
                 sema_count: self.semaphore_count(),
                 uses: self.tiled_use(true).uses,
             }),
-            tiled_use: Some(self.tiled_use(true)),
-            unreplayed: None,
+            ..tiled_binding(self, sync, note, true)
         })
     }
 }

@@ -2,7 +2,7 @@
 //! here before anything runs: shapes against the kernel's annotation, tile coverage, the
 //! protocol state of each `Tiled` tensor, grid/block/shared-memory limits.
 
-use super::bind::{AsInput, AsOutput, Declared};
+use super::bind::{AsInput, AsOutput, Binding, Declared};
 use super::options::{LaunchOptions, ReleaseNext, Remap, padded_smem};
 use super::prepared::{Access, PreparedLaunch, TiledHandle};
 use super::target::LaunchTarget;
@@ -289,10 +289,19 @@ impl<'a> KernelLaunch<'a> {
         let b = x.bind_input(self.kernel, param)?;
         self.check_device(param, &b.device)?;
         self.check_shape(param, &b.shape, shape)?;
+        let synced = b.sync.is_active();
+        let (addr, sync, _) = self.push_binding(b, false, synced);
+        Ok((addr, sync))
+    }
+
+    /// Records a bound tensor argument: its access (`write`, `synced`), buffers, pointer,
+    /// sync, note, tiled use and unreplayed-capture note. Returns its pointer, its sync and
+    /// its producer handle (outputs of `Tiled` tensors).
+    fn push_binding(&mut self, b: Binding, write: bool, synced: bool) -> (u64, TileSync, Option<TiledHandle>) {
         self.accesses.push(Access {
             buffer: b.data.clone(),
-            write: false,
-            synced: b.sync.is_active(),
+            write,
+            synced,
         });
         self.buffers.extend(b.buffers);
         self.args.push(param_bytes(&b.addr));
@@ -302,7 +311,7 @@ impl<'a> KernelLaunch<'a> {
         }
         self.uses.extend(b.tiled_use);
         self.unreplayed.extend(b.unreplayed);
-        Ok((b.addr, b.sync))
+        (b.addr, b.sync, b.tiled)
     }
 
     /// Binds a synchronised output: checks shape and that the kernel tiles cover it,
@@ -351,15 +360,9 @@ impl<'a> KernelLaunch<'a> {
         if b.sync.is_active() {
             check_targets(self.kernel, param, &b.sync, &ktile, split)?;
         }
-        self.accesses.push(Access {
-            buffer: b.data.clone(),
-            write: true,
-            synced: b.tiled.is_some(),
-        });
-        self.buffers.extend(b.buffers);
-        self.args.push(param_bytes(&b.addr));
-        self.syncs.push(b.sync);
-        if let Some(handle) = b.tiled {
+        let synced = b.tiled.is_some();
+        let (addr, sync, tiled) = self.push_binding(b, true, synced);
+        if let Some(handle) = tiled {
             let producer = ProducerTiling {
                 ktile,
                 split,
@@ -368,11 +371,7 @@ impl<'a> KernelLaunch<'a> {
             };
             self.produced.push((handle, producer));
         }
-        if let Some((id, note)) = b.note {
-            self.tensors.push((id, note));
-        }
-        self.uses.extend(b.tiled_use);
-        Ok((b.addr, b.sync))
+        Ok((addr, sync))
     }
 
     /// Binds a plain mutable pointer parameter with its declared shape.
