@@ -141,18 +141,13 @@ pub fn run_tune(t: Tune) -> Result<()> {
         noise: t.noise,
         ..SearchOptions::default()
     };
-    let context = workload.prompt_len();
     let mut cache = TuneCache::load(&path)?;
     if let Some(whole) = &whole {
-        return ablation(&t, &name, &src, &lm, whole, &opts, context, &mut cache, &path);
+        return ablation(&t, &name, &src, &lm, whole, &opts, &mut cache, &path);
     }
     for &batch in &t.batch {
         let title = format!("{name} batch {batch}");
-        let tuned = if workload == Workload::Prefill {
-            tune_prefill(&lm, batch, context, &t, &held, &opts, &title)?
-        } else {
-            tune_one(&lm, batch, context, &t, &held, &opts, &title)?
-        };
+        let tuned = tune_one(&lm, batch, workload, &t, &held, &opts, &title)?;
         print_tuned(&name, batch, &tuned);
         if held.is_empty() {
             cache.insert(entry(&device, &src.config, batch, workload, layers, &tuned));
@@ -165,37 +160,28 @@ pub fn run_tune(t: Tune) -> Result<()> {
     Ok(())
 }
 
-/// Tunes the decode step at one batch size after a prompt of `context` tokens.
+/// Tunes one batch size of `workload`: its decode step after a prompt of its length
+/// (graph replays), or its prefill (2 warm-up and at most 5 timed prefills per candidate).
 fn tune_one(
     lm: &CausalLm,
     batch: usize,
-    context: usize,
+    workload: Workload,
     t: &Tune,
     held: &[Family],
     opts: &SearchOptions,
     title: &str,
 ) -> Result<Tuned> {
-    let device = lm.lm_head().device().clone();
-    let mut timer = StepTimer::new(lm, batch, context, t.streams, 3, t.replays)?;
-    let space = Space::decode(lm, batch, timer.max_len(), device.sm_count(), t.streams, held)?;
-    search_with_progress(&mut timer, &space, opts, title)
-}
-
-/// Tunes the prefill of `batch` prompts of `seq` tokens (2 warm-up and 5 timed prefills
-/// per candidate).
-fn tune_prefill(
-    lm: &CausalLm,
-    batch: usize,
-    seq: usize,
-    t: &Tune,
-    held: &[Family],
-    opts: &SearchOptions,
-    title: &str,
-) -> Result<Tuned> {
-    let device = lm.lm_head().device().clone();
-    let mut timer = PrefillTimer::new(lm, batch, seq, t.streams, 2, t.replays.min(5))?;
-    let space = Space::prefill(lm, batch, seq, device.sm_count(), held)?;
-    search_with_progress(&mut timer, &space, opts, title)
+    let sms = lm.lm_head().device().sm_count();
+    let len = workload.prompt_len();
+    if workload == Workload::Prefill {
+        let mut timer = PrefillTimer::new(lm, batch, len, t.streams, 2, t.replays.min(5))?;
+        let space = Space::prefill(lm, batch, len, sms, held)?;
+        search_with_progress(&mut timer, &space, opts, title)
+    } else {
+        let mut timer = StepTimer::new(lm, batch, len, t.streams, 3, t.replays)?;
+        let space = Space::decode(lm, batch, timer.max_len(), sms, t.streams, held)?;
+        search_with_progress(&mut timer, &space, opts, title)
+    }
 }
 
 /// Runs the search with a progress bar; the log says which knob moved.
@@ -367,7 +353,6 @@ fn ablation(
     tuned_on: &CausalLm,
     whole: &CausalLm,
     opts: &SearchOptions,
-    context: usize,
     cache: &mut TuneCache,
     path: &Path,
 ) -> Result<()> {
@@ -380,7 +365,7 @@ fn ablation(
         let full = tune_one(
             tuned_on,
             batch,
-            context,
+            workload,
             t,
             &[],
             opts,
@@ -402,7 +387,7 @@ fn ablation(
             let tuned = tune_one(
                 tuned_on,
                 batch,
-                context,
+                workload,
                 t,
                 held,
                 opts,
@@ -411,7 +396,7 @@ fn ablation(
             settings.push((label.to_string(), tuned.plan, t0.elapsed().as_secs_f64()));
         }
         // Every plan on the whole model, interleaved rounds, medians.
-        let mut timer = StepTimer::new(whole, batch, context, t.streams, 3, t.replays)?;
+        let mut timer = StepTimer::new(whole, batch, workload.prompt_len(), t.streams, 3, t.replays)?;
         let mut times = vec![Vec::new(); settings.len()];
         for _ in 0..5 {
             for (i, (_, plan, _)) in settings.iter().enumerate() {

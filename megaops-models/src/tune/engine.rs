@@ -317,16 +317,8 @@ impl Space {
                 start as u32,
             );
         }
-        let layer_sites = [
-            Site::Norm,
-            Site::Qkv,
-            Site::Rope,
-            Site::Attention,
-            Site::OProj,
-            Site::GateUp,
-            Site::Down,
-        ];
-        for site in layer_sites {
+        let layer_sites: Vec<Site> = Site::ALL.into_iter().filter(|&s| s != Site::LmHead).collect();
+        for &site in &layer_sites {
             push(
                 Binding::Padding(site),
                 Family::Padding,
@@ -404,14 +396,29 @@ impl Space {
     }
 }
 
-/// Checks that `prompts` and `new_tokens` make a request the model serves (the timers'
-/// sessions are generations too).
-fn check_request(config: &crate::Config, prompts: &[Vec<u32>], new_tokens: usize) -> Result<()> {
+/// A timer's random prompts (`batch` of `len` tokens), after checking its counts and that
+/// they and `new_tokens` make a request the model serves (a timer's session is a
+/// generation too).
+fn timer_prompts(
+    lm: &CausalLm,
+    batch: usize,
+    len: usize,
+    new_tokens: usize,
+    streams: usize,
+    reps: usize,
+) -> Result<Vec<Vec<u32>>> {
+    if reps == 0 || streams == 0 {
+        return Err(ModelError::Request(
+            "a timer needs at least one timed run and one stream".into(),
+        ));
+    }
+    let prompts = random_prompts(batch, len, lm.config().vocab_size, 7);
     let opts = crate::GenerateOptions {
         max_new_tokens: new_tokens,
         ..crate::GenerateOptions::default()
     };
-    crate::generate::check_request(config, prompts, &opts)
+    crate::generate::check_request(lm.config(), &prompts, &opts)?;
+    Ok(prompts)
 }
 
 /// What [`tune`] measures: the median time of a model's step under a plan, ms.
@@ -445,15 +452,9 @@ impl<'m> StepTimer<'m> {
         warmup: usize,
         replays: usize,
     ) -> Result<StepTimer<'m>> {
-        if replays == 0 || streams == 0 {
-            return Err(ModelError::Request(
-                "a step timer needs at least one replay and one stream".into(),
-            ));
-        }
-        let device = lm.lm_head().device().clone();
-        let prompts = random_prompts(batch, context, lm.config().vocab_size, 7);
         let steps = warmup + replays + 2;
-        check_request(lm.config(), &prompts, steps)?;
+        let prompts = timer_prompts(lm, batch, context, steps, streams, replays)?;
+        let device = lm.lm_head().device().clone();
         let mut session = Session::new(lm, batch, context, steps)?;
         let on = AsyncStream::new(&device, streams)?;
         let mut prefill = session.prefill_inputs(&prompts)?;
@@ -530,14 +531,8 @@ impl<'m> PrefillTimer<'m> {
         warmup: usize,
         reps: usize,
     ) -> Result<PrefillTimer<'m>> {
-        if reps == 0 || streams == 0 {
-            return Err(ModelError::Request(
-                "a prefill timer needs at least one rep and one stream".into(),
-            ));
-        }
+        let prompts = timer_prompts(lm, batch, seq, 1, streams, reps)?;
         let device = lm.lm_head().device().clone();
-        let prompts = random_prompts(batch, seq, lm.config().vocab_size, 7);
-        check_request(lm.config(), &prompts, 1)?;
         Ok(PrefillTimer {
             session: Session::new(lm, batch, seq, 1)?,
             prompts,
