@@ -132,41 +132,7 @@ impl Space {
                 split_k: false,
             },
         ];
-        let free = |f: Family| !held.contains(&f);
-        let mut space = Space {
-            knobs: Vec::new(),
-            bindings: Vec::new(),
-            configs: BTreeMap::new(),
-            start_configs: BTreeMap::new(),
-        };
-        // A GEMV site's config, prefetch depth and split form a group: they size the same
-        // kernel's tile and grid together.
-        let group = |b: Binding| match b {
-            Binding::Config(site) | Binding::Prefetch(site) | Binding::Splits(site) => Some(site.name().to_string()),
-            _ => None,
-        };
-        let push = |space: &mut Space,
-                    binding: Binding,
-                    family: Family,
-                    name: String,
-                    mut candidates: Vec<u32>,
-                    start: u32| {
-            if !candidates.contains(&start) {
-                candidates.push(start);
-            }
-            candidates.sort_unstable();
-            candidates.dedup();
-            if candidates.len() > 1 && free(family) {
-                space.knobs.push(Knob {
-                    name,
-                    family,
-                    candidates,
-                    start,
-                    group: group(binding),
-                });
-                space.bindings.push(binding);
-            }
-        };
+        let mut space = Space::empty();
         for g in &gemvs {
             space.configs.insert(g.site, g.configs);
             let max_splits = if g.split_k { plan::MAX_SPLITS } else { 1 };
@@ -179,8 +145,8 @@ impl Space {
                 .filter(|&i| shapes[i as usize].pf == start.shape.pf)
                 .collect();
             let name = g.site.name();
-            push(
-                &mut space,
+            space.add(
+                held,
                 Binding::Config(g.site),
                 Family::TileConfig,
                 format!("{name}.config"),
@@ -188,8 +154,8 @@ impl Space {
                 start.config as u32,
             );
             let depths: Vec<u32> = shapes.iter().map(|s| s.pf).collect();
-            push(
-                &mut space,
+            space.add(
+                held,
                 Binding::Prefetch(g.site),
                 Family::Prefetch,
                 format!("{name}.prefetch"),
@@ -197,8 +163,8 @@ impl Space {
                 start.shape.pf,
             );
             if g.split_k {
-                push(
-                    &mut space,
+                space.add(
+                    held,
                     Binding::Splits(g.site),
                     Family::Split,
                     format!("{name}.splits"),
@@ -213,8 +179,8 @@ impl Space {
             .into_iter()
             .map(|s| s.clamp(1, decode::MAX_SPLITS))
             .collect();
-        push(
-            &mut space,
+        space.add(
+            held,
             Binding::Splits(Site::Attention),
             Family::Split,
             "attn.core.splits".into(),
@@ -222,8 +188,8 @@ impl Space {
             s0,
         );
         for site in Site::ALL {
-            push(
-                &mut space,
+            space.add(
+                held,
                 Binding::Padding(site),
                 Family::Padding,
                 format!("{}.occupancy", site.name()),
@@ -233,8 +199,8 @@ impl Space {
         }
         for site in Site::ALL {
             if site != Site::LmHead {
-                push(
-                    &mut space,
+                space.add(
+                    held,
                     Binding::Release(site),
                     Family::Release,
                     format!("{}.release", site.name()),
@@ -246,8 +212,8 @@ impl Space {
         // The column data tiles of the tensors the decode path tiles by columns, by the
         // site that produces each.
         for site in [Site::Qkv, Site::OProj, Site::GateUp, Site::LmHead] {
-            push(
-                &mut space,
+            space.add(
+                held,
                 Binding::DataTile(site),
                 Family::DataTile,
                 format!("{}.data_tile", site.name()),
@@ -255,8 +221,8 @@ impl Space {
                 DECODE_COL_TILE,
             );
         }
-        push(
-            &mut space,
+        space.add(
+            held,
             Binding::Streams,
             Family::Streams,
             "streams".into(),
@@ -283,25 +249,7 @@ impl Space {
         let (h, inter) = (c.hidden_size, c.intermediate_size);
         let gemm_start = |n: usize| gemm_config(m, n, sms, wide_gemm(m, n, sms));
         let [gate_up, down] = mlp_gemm_configs(m, h, inter, sms);
-        let free = |f: Family| !held.contains(&f);
-        let mut space = Space {
-            knobs: Vec::new(),
-            bindings: Vec::new(),
-            configs: BTreeMap::new(),
-            start_configs: BTreeMap::new(),
-        };
-        let mut push = |binding: Binding, family: Family, name: String, candidates: Vec<u32>, start: u32| {
-            if candidates.len() > 1 && candidates.contains(&start) && free(family) {
-                space.knobs.push(Knob {
-                    name,
-                    family,
-                    candidates,
-                    start,
-                    group: None,
-                });
-                space.bindings.push(binding);
-            }
-        };
+        let mut space = Space::empty();
         let all_configs: Vec<u32> = (0..matmul::CONFIGS.len() as u32).collect();
         for (site, start) in [
             (Site::Qkv, gemm_start(dims.qkv_dim())),
@@ -309,7 +257,8 @@ impl Space {
             (Site::GateUp, gate_up),
             (Site::Down, down),
         ] {
-            push(
+            space.add(
+                held,
                 Binding::Config(site),
                 Family::TileConfig,
                 format!("{}.config", site.name()),
@@ -319,7 +268,8 @@ impl Space {
         }
         let layer_sites: Vec<Site> = Site::ALL.into_iter().filter(|&s| s != Site::LmHead).collect();
         for &site in &layer_sites {
-            push(
+            space.add(
+                held,
                 Binding::Padding(site),
                 Family::Padding,
                 format!("{}.occupancy", site.name()),
@@ -329,7 +279,8 @@ impl Space {
         }
         // The prefill's launches release their successor at their last CTA.
         for site in layer_sites {
-            push(
+            space.add(
+                held,
                 Binding::Release(site),
                 Family::Release,
                 format!("{}.release", site.name()),
@@ -338,6 +289,49 @@ impl Space {
             );
         }
         Ok(space)
+    }
+
+    fn empty() -> Space {
+        Space {
+            knobs: Vec::new(),
+            bindings: Vec::new(),
+            configs: BTreeMap::new(),
+            start_configs: BTreeMap::new(),
+        }
+    }
+
+    /// Adds a knob of `binding` (`start` joins its candidates, sorted) unless it has a
+    /// single candidate or `held` holds its family. A GEMV site's config, prefetch depth
+    /// and split form a group: they size the same kernel's tile and grid together.
+    fn add(
+        &mut self,
+        held: &[Family],
+        binding: Binding,
+        family: Family,
+        name: String,
+        mut candidates: Vec<u32>,
+        start: u32,
+    ) {
+        if !candidates.contains(&start) {
+            candidates.push(start);
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
+        if candidates.len() < 2 || held.contains(&family) {
+            return;
+        }
+        let group = match binding {
+            Binding::Config(site) | Binding::Prefetch(site) | Binding::Splits(site) => Some(site.name().to_string()),
+            _ => None,
+        };
+        self.knobs.push(Knob {
+            name,
+            family,
+            candidates,
+            start,
+            group,
+        });
+        self.bindings.push(binding);
     }
 
     /// The start assignment (the planners' choices).
