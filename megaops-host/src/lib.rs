@@ -26,6 +26,7 @@ mod param;
 mod partition;
 mod runtime;
 mod stream;
+pub mod subkernel;
 mod tensor;
 pub mod testing;
 mod tiled;

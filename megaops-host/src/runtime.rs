@@ -59,6 +59,60 @@ pub(crate) fn wait_begin(stream: &Stream, flag: &Arc<Buffer>, token: i32, ctx: K
     unsafe { launch(stream, "megaops_wait_begin", 1, 32, &params, cpu, vec![flag.clone()]) }
 }
 
+/// Enqueues [`megaops_runtime_kernels::wait_word`] on `stream`: later work there waits
+/// until word `index` of `words` reaches `target` (or the wait times out, reported as
+/// semaphore `index` of tensor `tensor_id` under `ctx.launch_id`).
+pub(crate) fn wait_word(
+    stream: &Stream,
+    words: &Arc<Buffer>,
+    index: u32,
+    target: i32,
+    tensor_id: u32,
+    ctx: KernelCtx,
+) -> Result<Arc<Event>> {
+    let addr = word_addr(words, index)?;
+    let params = [
+        param_bytes(&addr),
+        param_bytes(&target),
+        param_bytes(&tensor_id),
+        param_bytes(&index),
+        param_bytes(&ctx),
+    ];
+    let cpu: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+        // SAFETY: `addr` lies in `words` (checked), kept alive by the launch.
+        unsafe { megaops_runtime_kernels::wait_word(addr as *const i32, target, tensor_id, index, ctx) }
+    });
+    // SAFETY: `megaops_wait_word(word: *const i32, target: i32, tensor_id: u32,
+    // sem_index: u32, ctx: KernelCtx)`; the word lies in `words`, which the launch keeps;
+    // the context's pointers are the device's own.
+    unsafe { launch(stream, "megaops_wait_word", 1, 32, &params, cpu, vec![words.clone()]) }
+}
+
+/// The address of 32-bit word `index` of `words`, checked to lie inside it.
+fn word_addr(words: &Buffer, index: u32) -> Result<u64> {
+    if (index as usize + 1) * 4 > words.len() {
+        return Err(Error::Internal(format!(
+            "word {index} lies outside a {}-byte buffer",
+            words.len()
+        )));
+    }
+    Ok(words.addr() + 4 * index as u64)
+}
+
+/// Enqueues [`megaops_runtime_kernels::set_flag`] on `stream`: after the work before it,
+/// word `index` of `words` becomes `value` with release semantics.
+pub(crate) fn set_flag(stream: &Stream, words: &Arc<Buffer>, index: u32, value: i32) -> Result<Arc<Event>> {
+    let addr = word_addr(words, index)?;
+    let params = [param_bytes(&addr), param_bytes(&value)];
+    let cpu: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+        // SAFETY: `addr` lies in `words` (checked), kept by the launch.
+        unsafe { megaops_runtime_kernels::set_flag(addr as *mut i32, value) }
+    });
+    // SAFETY: `megaops_set_flag(flag: *mut i32, value: i32)`; the word lies in `words`,
+    // which the launch keeps.
+    unsafe { launch(stream, "megaops_set_flag", 1, 32, &params, cpu, vec![words.clone()]) }
+}
+
 /// Sets each of `spans` on `stream` with [`megaops_runtime_kernels::fill_spans`]: one
 /// launch per [`MAX_FILL_SPANS`] spans (none for an empty list).
 ///

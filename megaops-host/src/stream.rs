@@ -31,6 +31,14 @@ impl Stream {
         Ok(Stream::from_backend(device, device.backend().clone().new_stream()?))
     }
 
+    /// A new stream of the device's greatest priority (ordinary on the CPU backend).
+    pub(crate) fn with_priority(device: &Device) -> Result<Stream> {
+        Ok(Stream::from_backend(
+            device,
+            device.backend().clone().new_priority_stream()?,
+        ))
+    }
+
     /// Wraps a stream of `device`'s backend.
     pub(crate) fn from_backend(device: &Device, backend: Box<dyn StreamBackend>) -> Stream {
         Stream {
@@ -146,6 +154,43 @@ impl Stream {
         let event = Arc::new(self.record_marker()?);
         self.hold(vec![buffer.clone()], &event);
         Ok(())
+    }
+
+    /// Enqueues a stream memory operation holding later work here until the word at
+    /// `addr` reaches `value` (GPU only).
+    ///
+    /// # Safety
+    /// As [`StreamBackend::wait_value`]; the caller keeps the memory allocated until the
+    /// operation is done.
+    pub(crate) unsafe fn wait_value(&self, addr: u64, value: i32) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe { self.backend.wait_value(addr, value) }
+    }
+
+    /// Enqueues a stream memory operation writing `value` to the word at `addr` after the
+    /// work before it (GPU only).
+    ///
+    /// # Safety
+    /// As [`StreamBackend::write_value`]; the caller keeps the memory allocated until the
+    /// operation is done.
+    pub(crate) unsafe fn write_value(&self, addr: u64, value: i32) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe { self.backend.write_value(addr, value) }
+    }
+
+    /// Enqueues a copy-engine copy of `bytes` bytes from `src` to `dst`.
+    ///
+    /// # Safety
+    /// As [`StreamBackend::copy`]; the caller keeps both ranges allocated until the copy
+    /// is done.
+    pub(crate) unsafe fn copy_raw(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe { self.backend.copy(dst, src, bytes) }
+    }
+
+    /// Enqueues `op` on the host in stream order (CPU backend only).
+    pub(crate) fn host_op(&self, op: Arc<dyn Fn() + Send + Sync>) -> Result<()> {
+        self.backend.host_op(op)
     }
 
     /// Keeps buffers alive until `event` (recorded after the work that uses them) completes.

@@ -3,6 +3,9 @@
 //! CPU backend.
 #![cfg_attr(target_arch = "nvptx64", no_std, feature(abi_ptx))]
 
+pub mod proxy;
+
+use megaops_device::atomic::{self, Gpu, Release};
 use megaops_device::sync::{KernelCtx, WaitSite, wait_one};
 use megaops_device::thread::{block_dim_x, block_idx_x, grid_dim_x, thread_idx_x};
 
@@ -14,16 +17,28 @@ use megaops_device::thread::{block_dim_x, block_idx_x, grid_dim_x, thread_idx_x}
 /// # Safety
 /// `flag` is a valid device `i32`; `ctx` is a valid launch context.
 pub unsafe fn wait_begin(flag: *const i32, token: i32, ctx: KernelCtx) {
+    // SAFETY: forwarded.
+    unsafe { wait_word(flag, token, 0, 0, ctx) }
+}
+
+/// One thread holds later work on its stream until the word at `word` reaches `target`
+/// (serial-number comparison); it times out like a tile wait, reported as semaphore
+/// `sem_index` of tensor `tensor_id` (0, 0: the AsyncStream begin flag). Holds a chunk of
+/// a copy-engine subkernel until its proxy lets it go.
+///
+/// # Safety
+/// `word` is a valid device `i32`; `ctx` is a valid launch context.
+pub unsafe fn wait_word(word: *const i32, target: i32, tensor_id: u32, sem_index: u32, ctx: KernelCtx) {
     if thread_idx_x() != 0 {
         return;
     }
     let site = WaitSite {
-        sem: flag,
-        target: token,
+        sem: word,
+        target,
         launch_id: ctx.launch_id,
         tile: 0,
-        tensor_id: 0,
-        sem_index: 0,
+        tensor_id,
+        sem_index,
     };
     // SAFETY: caller's contract. A failed wait is recorded in the error log; the kernel
     // then simply ends.
@@ -102,10 +117,85 @@ pub unsafe fn fill_spans(spans: &FillSpans) {
     }
 }
 
+/// Sets the flag at `flag` to `value` (`st.release.gpu`, thread 0): after the work before
+/// it on its stream, for a waiter that reads it with `ld.acquire.gpu`. Ends a chunk of a
+/// copy-engine subkernel (whose wrappers are kernels, not stream memory operations).
+///
+/// # Safety
+/// `flag` is a valid device `i32`.
+pub unsafe fn set_flag(flag: *mut i32, value: i32) {
+    if thread_idx_x() == 0 {
+        // SAFETY: caller's contract.
+        unsafe { atomic::store(flag, value, Release, Gpu) };
+    }
+}
+
 /// PTX entries.
 #[cfg(target_arch = "nvptx64")]
 mod entries {
+    use super::proxy::{ProxyArgs, subkernel_proxy};
     use super::*;
+    use megaops_device::sync::TileSync;
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn megaops_wait_word(
+        word: *const i32,
+        target: i32,
+        tensor_id: u32,
+        sem_index: u32,
+        ctx: KernelCtx,
+    ) {
+        // SAFETY: the runtime passes a valid word and context.
+        unsafe { wait_word(word, target, tensor_id, sem_index, ctx) }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn megaops_set_flag(flag: *mut i32, value: i32) {
+        // SAFETY: the runtime passes a valid flag.
+        unsafe { set_flag(flag, value) }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn megaops_subkernel_proxy_0(args: ProxyArgs, ctx: KernelCtx, out: TileSync) {
+        // SAFETY: the runtime passes the flags, context and sync of one subkernel launch.
+        unsafe { subkernel_proxy(&args, &ctx, &[], &out) }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn megaops_subkernel_proxy_1(
+        args: ProxyArgs,
+        ctx: KernelCtx,
+        a: TileSync,
+        out: TileSync,
+    ) {
+        // SAFETY: the runtime passes the flags, context and syncs of one subkernel launch.
+        unsafe { subkernel_proxy(&args, &ctx, &[a], &out) }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn megaops_subkernel_proxy_2(
+        args: ProxyArgs,
+        ctx: KernelCtx,
+        a: TileSync,
+        b: TileSync,
+        out: TileSync,
+    ) {
+        // SAFETY: as above.
+        unsafe { subkernel_proxy(&args, &ctx, &[a, b], &out) }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn megaops_subkernel_proxy_3(
+        args: ProxyArgs,
+        ctx: KernelCtx,
+        a: TileSync,
+        b: TileSync,
+        c: TileSync,
+        out: TileSync,
+    ) {
+        // SAFETY: as above.
+        unsafe { subkernel_proxy(&args, &ctx, &[a, b, c], &out) }
+    }
 
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn megaops_wait_begin(flag: *const i32, token: i32, ctx: KernelCtx) {

@@ -70,12 +70,12 @@ impl AsyncStream {
 
     /// Runs the capture; returns the graph and the buffers it must keep alive.
     fn capture_inner(&self, body: impl FnOnce(&AsyncStream) -> Result<()>) -> Result<Captured> {
-        for s in self.all_streams() {
+        for s in self.streams_and_side() {
             s.begin_capture_retention();
         }
         let s0 = &self.streams[0];
         if let Err(e) = s0.begin_capture() {
-            for s in self.all_streams() {
+            for s in self.streams_and_side() {
                 s.end_capture_retention();
             }
             return Err(e);
@@ -113,7 +113,10 @@ impl AsyncStream {
             unsafe { runtime::fill_spans(s0, &spans, &keep) }
         })();
         let graph = s0.end_capture();
-        let mut buffers: Vec<Arc<Buffer>> = self.all_streams().flat_map(|s| s.end_capture_retention()).collect();
+        let mut buffers: Vec<Arc<Buffer>> = self
+            .streams_and_side()
+            .flat_map(|s| s.end_capture_retention())
+            .collect();
         buffers.push(self.flag.buffer().clone());
         run?;
         finish?;

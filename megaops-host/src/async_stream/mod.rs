@@ -48,6 +48,11 @@ pub struct AsyncStream {
     device: Device,
     streams: Vec<Stream>,
     partition: Option<SmPartition>,
+    /// The two streams of the greatest priority that run subkernels' chunks round-robin.
+    side: [Stream; 2],
+    /// A subkernel has used the side streams: from then on they take part in barriers,
+    /// synchronisation, interop waits and graph fork/join like the other streams.
+    side_used: std::sync::atomic::AtomicBool,
     overlap: bool,
     begin_wait: bool,
     flag: Tensor<i32>,
@@ -154,10 +159,13 @@ impl AsyncStream {
             .partition_sms
             .map(|sms| SmPartition::new(device, sms))
             .transpose()?;
+        let side = [Stream::with_priority(device)?, Stream::with_priority(device)?];
         Ok(AsyncStream {
             device: device.clone(),
             streams,
             partition,
+            side,
+            side_used: Default::default(),
             overlap: opts.overlap,
             begin_wait: opts.begin_wait,
             flag: Tensor::zeros(device, &[1])?,
@@ -194,10 +202,27 @@ impl AsyncStream {
         self.key.number()
     }
 
+    /// Every stream in use: the round-robin ones, the partition's, and the subkernels' side
+    /// streams once a subkernel used them.
     fn all_streams(&self) -> impl Iterator<Item = &Stream> {
+        let side = if self.side_used.load(std::sync::atomic::Ordering::Acquire) {
+            &self.side[..]
+        } else {
+            &[]
+        };
         self.streams
             .iter()
             .chain(self.partition.iter().map(SmPartition::stream))
+            .chain(side.iter())
+    }
+
+    /// Every stream, side streams included whether or not they were used yet (a capture
+    /// keeps the buffers of each).
+    fn streams_and_side(&self) -> impl Iterator<Item = &Stream> {
+        self.streams
+            .iter()
+            .chain(self.partition.iter().map(SmPartition::stream))
+            .chain(self.side.iter())
     }
 
     /// Number of streams.
@@ -403,12 +428,30 @@ impl LaunchTarget for AsyncStream {
             stream.wait_event(&e)?;
         }
         order::order_on(stream, &launch.uses, self.key)?;
+        // A subkernel's side work starts after what its proxy had to wait for (and joins
+        // a capture through this event), not after the previous launch's start.
+        if let Some(side) = &launch.side {
+            side.prepare(stream)?;
+        }
+        let fork = launch.side.is_some().then(|| stream.record_marker()).transpose()?;
         if let Some((token, ctx)) = wait {
             runtime::wait_begin(stream, self.flag.buffer(), token, ctx)?;
         }
         let profiling = inner.profile.is_some();
         let start = profiling.then(|| stream.record_timing_node()).transpose()?;
         let event = launch.launch_on(stream)?;
+        if let (Some(side), Some(fork)) = (&launch.side, &fork) {
+            self.side_used.store(true, std::sync::atomic::Ordering::Release);
+            for x in &self.side {
+                x.wait_event(fork)?;
+            }
+            side.enqueue(&self.side)?;
+            // Joined back: the lane's later work (and a capture's end) comes after the
+            // chunks, which the proxy waits for anyway.
+            for x in &self.side {
+                stream.wait_event(&x.record_marker()?)?;
+            }
+        }
         if let Some(start) = start {
             let end = stream.record_timing_node()?;
             let span = LaunchSpan {

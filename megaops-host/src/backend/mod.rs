@@ -115,6 +115,10 @@ pub(crate) trait DeviceBackend: Send + Sync {
     fn preload(&self, module: &'static PtxModule) -> crate::Result<()>;
     /// A new stream.
     fn new_stream(self: Arc<Self>) -> crate::Result<Box<dyn StreamBackend>>;
+    /// A stream of the greatest priority the device has (the side streams of subkernels,
+    /// whose chunks must reach the SMs before later launches' CTAs); the CPU backend has no
+    /// priorities and returns an ordinary stream.
+    fn new_priority_stream(self: Arc<Self>) -> crate::Result<Box<dyn StreamBackend>>;
     /// A stream whose kernels run on a partition of at least `sms` SMs (a green context
     /// on a GPU), and the SMs it got; the CPU backend has no partitions and returns an
     /// ordinary stream with 0 SMs.
@@ -161,6 +165,33 @@ pub(crate) trait StreamBackend: Send + Sync {
     /// `addr` is memory of this device of at least `words` words that stays allocated
     /// until the operation is done.
     unsafe fn fill_words(&self, addr: u64, value: i32, words: usize) -> crate::Result<()>;
+    /// Enqueues a stream memory operation that holds later work on this stream until the
+    /// 32-bit word at `addr` reaches `value` (`cuStreamWaitValue32`, serial-number `GEQ`).
+    /// Only GPUs have them; the CPU backend refuses.
+    ///
+    /// # Safety
+    /// `addr` is plain `cuMemAlloc` memory of this device that stays allocated until the
+    /// operation is done, and some queued work writes `value` there (a stream operation
+    /// has no timeout).
+    unsafe fn wait_value(&self, addr: u64, value: i32) -> crate::Result<()>;
+    /// Enqueues a stream memory operation that writes `value` to the 32-bit word at `addr`
+    /// after everything before it on this stream, with a memory barrier
+    /// (`cuStreamWriteValue32`). Only GPUs have them; the CPU backend refuses.
+    ///
+    /// # Safety
+    /// `addr` is plain `cuMemAlloc` memory of this device that stays allocated until the
+    /// operation is done.
+    unsafe fn write_value(&self, addr: u64, value: i32) -> crate::Result<()>;
+    /// Enqueues a copy of `bytes` bytes from `src` to `dst` on the copy engine
+    /// (`cuMemcpyAsync`; a host operation in stream order on the CPU backend). Either
+    /// address may be device memory or page-locked host memory.
+    ///
+    /// # Safety
+    /// Both ranges are valid for `bytes` bytes until the copy is done and do not overlap.
+    unsafe fn copy(&self, dst: u64, src: u64, bytes: usize) -> crate::Result<()>;
+    /// Enqueues `op` to run on the host in stream order (CPU backend only: it is how the
+    /// CPU implementation of a subkernel runs; a GPU refuses).
+    fn host_op(&self, op: Arc<dyn Fn() + Send + Sync>) -> crate::Result<()>;
     /// Starts capturing the work queued on this stream (and on streams that join the
     /// capture by waiting for an event recorded in it) into a graph. Relaxed capture
     /// mode: other threads may go on using the device.

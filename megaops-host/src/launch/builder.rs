@@ -64,6 +64,7 @@ pub struct KernelLaunch<'a> {
     produced: Vec<(TiledHandle, ProducerTiling)>,
     uses: Vec<TiledUse>,
     unreplayed: Vec<String>,
+    side: Option<Arc<dyn crate::subkernel::SideWork>>,
 }
 
 impl<'a> KernelLaunch<'a> {
@@ -95,6 +96,7 @@ impl<'a> KernelLaunch<'a> {
             produced: Vec::new(),
             uses: Vec::new(),
             unreplayed: Vec::new(),
+            side: None,
         }
     }
 
@@ -374,6 +376,42 @@ impl<'a> KernelLaunch<'a> {
         Ok((addr, sync))
     }
 
+    /// Replaces the by-value parameters bound so far (the tensors' addresses included)
+    /// with `args`, and the entry with `entry`: a launch whose kernel takes its operands'
+    /// addresses in another form (a subkernel's proxy, which takes none).
+    pub(crate) fn replace_args(&mut self, entry: &'static str, args: Vec<ParamBytes>) {
+        self.entry = entry;
+        self.args = args;
+    }
+
+    /// Records that the launch reads (`write = false`) or writes a plain tensor that is not
+    /// one of its kernel parameters (a subkernel's operand): kept alive and ordered like one.
+    pub(crate) fn touch<T: DType>(&mut self, param: &str, x: &Tensor<T>, write: bool) -> Result<()> {
+        self.check_device(param, x.device())?;
+        self.buffers.push(x.buffer().clone());
+        self.accesses.push(Access {
+            buffer: x.buffer().clone(),
+            write,
+            synced: false,
+        });
+        Ok(())
+    }
+
+    /// Keeps `buffer` alive as long as the launch may run.
+    pub(crate) fn keep(&mut self, buffer: Arc<Buffer>) {
+        self.buffers.push(buffer);
+    }
+
+    /// Attaches the work the launch brings to its target's side streams.
+    pub(crate) fn side(&mut self, work: Arc<dyn crate::subkernel::SideWork>) {
+        self.side = Some(work);
+    }
+
+    /// Adds a note on a non-tensor word array the launch waits on (for error reports).
+    pub(crate) fn note_tensor(&mut self, id: u32, note: TensorNote) {
+        self.tensors.push((id, note));
+    }
+
     /// Binds a plain mutable pointer parameter with its declared shape.
     pub fn ptr_mut<T: DType>(&mut self, param: &str, x: &mut Tensor<T>, declared: Option<Declared<'_>>) -> Result<u64> {
         self.bind_plain(param, x, declared, true)
@@ -489,6 +527,7 @@ impl<'a> KernelLaunch<'a> {
             partition: self.opts.partition,
             uses: self.uses,
             unreplayed: self.unreplayed,
+            side: self.side,
         };
         if num_tiles == 0 {
             // Nothing to compute (an empty dimension): no launch; the (empty) outputs

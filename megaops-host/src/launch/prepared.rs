@@ -66,6 +66,9 @@ pub struct PreparedLaunch {
     /// Why it must not run eagerly: it reads tensors only a not yet replayed graph
     /// produces (fine inside a capture).
     pub(crate) unreplayed: Vec<String>,
+    /// Work on the target's side streams that belongs to this launch (the chunks of a
+    /// subkernel, whose proxy this launch is).
+    pub(crate) side: Option<Arc<dyn crate::subkernel::SideWork>>,
 }
 
 impl PreparedLaunch {

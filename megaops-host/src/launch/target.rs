@@ -35,6 +35,13 @@ impl LaunchTarget for Stream {
                 "asked for an SM partition, but a plain Stream has none (use an AsyncStream with one)",
             ));
         }
+        if launch.side.is_some() {
+            return Err(Error::launch(
+                launch.kernel,
+                "a subkernel runs its chunks on side streams, which a plain Stream does not have: launch it on an \
+                 AsyncStream",
+            ));
+        }
         if let Some(why) = launch.unreplayed.first() {
             return Err(Error::Tiling {
                 kind: crate::error::TilingErrorKind::NotYetReplayed,

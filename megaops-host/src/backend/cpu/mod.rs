@@ -105,6 +105,10 @@ impl DeviceBackend for CpuDevice {
         Ok(Box::new(CpuStream::new(self.vgpu.clone(), self.captures.clone())))
     }
 
+    fn new_priority_stream(self: Arc<Self>) -> Result<Box<dyn StreamBackend>> {
+        self.new_stream()
+    }
+
     fn partition_stream(self: Arc<Self>, _sms: u32) -> Result<(Box<dyn StreamBackend>, u32)> {
         Ok((self.new_stream()?, 0))
     }

@@ -67,6 +67,8 @@ enum Op {
         value: i32,
         words: usize,
     },
+    /// A host operation (a subkernel's CPU implementation, a copy).
+    Host(Arc<dyn Fn() + Send + Sync>),
 }
 
 /// A stream of the virtual GPU.
@@ -208,6 +210,33 @@ impl StreamBackend for CpuStream {
         Ok(())
     }
 
+    unsafe fn wait_value(&self, _addr: u64, _value: i32) -> Result<()> {
+        Err(Error::Internal(
+            "the CPU backend has no stream memory operations: its subkernels wait by kernels".into(),
+        ))
+    }
+
+    unsafe fn write_value(&self, _addr: u64, _value: i32) -> Result<()> {
+        Err(Error::Internal(
+            "the CPU backend has no stream memory operations: its subkernels signal by kernels".into(),
+        ))
+    }
+
+    unsafe fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.host_op(Arc::new(move || {
+            // SAFETY: both ranges are valid and disjoint while queued (the caller's
+            // contract; a graph keeps its buffers alive).
+            unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, bytes) }
+        }))
+    }
+
+    fn host_op(&self, op: Arc<dyn Fn() + Send + Sync>) -> Result<()> {
+        if let Some(Op::Host(op)) = self.capture(Op::Host(op)) {
+            self.vgpu.enqueue(self.id, Box::new(move || op()));
+        }
+        Ok(())
+    }
+
     fn begin_capture(&self) -> Result<()> {
         let mut by_stream = lock(&self.captures.by_stream);
         if by_stream.contains_key(&self.id) {
@@ -327,6 +356,10 @@ impl GraphBackend for CpuGraph {
                 // SAFETY: the graph's owner keeps the buffers its operations use alive
                 // as long as the graph.
                 Op::Fill { addr, value, words } => unsafe { enqueue_fill(&self.vgpu, *s, *addr, *value, *words) },
+                Op::Host(op) => {
+                    let op = op.clone();
+                    self.vgpu.enqueue(*s, Box::new(move || op()));
+                }
             }
         }
         for &s in &self.streams {

@@ -271,6 +271,19 @@ impl DeviceBackend for CudaDevice {
         Ok(Box::new(stream::CudaStreamBackend::new(self, stream, None)))
     }
 
+    fn new_priority_stream(self: Arc<Self>) -> Result<Box<dyn StreamBackend>> {
+        let (mut least, mut greatest) = (0, 0);
+        // SAFETY: two valid out-pointers.
+        unsafe { sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) }
+            .result()
+            .ctx(|| "reading the stream priority range".into())?;
+        let stream = self
+            .ctx
+            .new_stream_with_priority(greatest)
+            .ctx(|| "creating a priority stream".into())?;
+        Ok(Box::new(stream::CudaStreamBackend::new(self, stream, None)))
+    }
+
     fn partition_stream(self: Arc<Self>, sms: u32) -> Result<(Box<dyn StreamBackend>, u32)> {
         partition::green_stream(self, sms)
     }

@@ -127,6 +127,35 @@ impl StreamBackend for CudaStreamBackend {
             .ctx(|| "enqueueing a 32-bit memset".into())
     }
 
+    unsafe fn wait_value(&self, addr: u64, value: i32) -> Result<()> {
+        let geq = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+        // SAFETY: `addr` is plain device memory that stays allocated (the caller's contract).
+        unsafe { sys::cuStreamWaitValue32_v2(self.stream.cu_stream(), addr, value as u32, geq) }
+            .result()
+            .ctx(|| "enqueueing a stream wait-value operation".into())
+    }
+
+    unsafe fn write_value(&self, addr: u64, value: i32) -> Result<()> {
+        let barrier = sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
+        // SAFETY: as above.
+        unsafe { sys::cuStreamWriteValue32_v2(self.stream.cu_stream(), addr, value as u32, barrier) }
+            .result()
+            .ctx(|| "enqueueing a stream write-value operation".into())
+    }
+
+    unsafe fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        // SAFETY: both ranges are valid and disjoint (the caller's contract).
+        unsafe { sys::cuMemcpyAsync(dst, src, bytes, self.stream.cu_stream()) }
+            .result()
+            .ctx(|| format!("enqueueing a copy of {bytes} B"))
+    }
+
+    fn host_op(&self, _op: Arc<dyn Fn() + Send + Sync>) -> Result<()> {
+        Err(Error::Internal(
+            "host operations in stream order exist only on the CPU backend".into(),
+        ))
+    }
+
     fn begin_capture(&self) -> Result<()> {
         self.stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)

@@ -1,0 +1,95 @@
+//! Copy-engine transfers as subkernels: a copy of rows (dimension 0) of a row-major
+//! tensor, chunk by chunk, one `cuMemcpyAsync` per chunk, wrapped by the runtime's wait
+//! kernel and `megaops_set_flag` (kernels around copy-engine work, so that the wrappers
+//! do not queue behind the other side stream's copy). On the CPU backend each chunk is a
+//! host `memcpy` in stream order.
+
+use super::cublaslt::Shaped;
+use super::{Chunk, ChunkOp, Chunking, SubkernelLaunch, Wrappers};
+use crate::async_stream::AsyncStream;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::launch::{AsInput, AsOutput, LaunchOptions, LaunchTarget as _};
+use crate::stream::Stream;
+use crate::tiling::Rank;
+use std::sync::Arc;
+
+/// How a copy subkernel is chunked.
+#[derive(Clone, Debug)]
+pub struct CopyChunks {
+    /// At most this many chunks of rows (1 to [`super::MAX_CHUNKS`]).
+    pub chunks: usize,
+    /// Chunk sizes are multiples of this many rows.
+    pub align: usize,
+    /// Options of the proxy launch (wait timeout).
+    pub launch: LaunchOptions,
+}
+
+impl Default for CopyChunks {
+    fn default() -> Self {
+        CopyChunks {
+            chunks: 4,
+            align: 1,
+            launch: LaunchOptions::default(),
+        }
+    }
+}
+
+/// Copies `src` into `dst` (same shape and element type, row-major, rank `R`) on the copy
+/// engine, as a subkernel on `target` chunked by rows: chunk `c` waits for its rows of
+/// `src` (when it is a produced `Tiled` tensor), copies them, and signals its rows of `dst`
+/// (when it is a `Tiled` tensor).
+pub fn copy_rows<T: DType, R: Rank>(
+    target: &AsyncStream,
+    src: &(impl AsInput<T, R> + Shaped + ?Sized),
+    dst: &mut (impl AsOutput<T, R> + Shaped + ?Sized),
+    chunks: &CopyChunks,
+) -> Result<()> {
+    let shape = src.dims().to_vec();
+    if dst.dims() != shape.as_slice() {
+        return Err(Error::shape(format!(
+            "a copy needs equal shapes: src {shape:?}, dst {:?}",
+            dst.dims()
+        )));
+    }
+    let rows = *shape
+        .first()
+        .ok_or_else(|| Error::shape("a copy of rows needs a tensor of rank ≥ 1".to_string()))?;
+    let row_bytes = shape[1..].iter().product::<usize>() * size_of::<T>();
+    let chunking = Chunking::new(rows, chunks.chunks, chunks.align.max(1))?;
+    let device = target.device().clone();
+    let mut l = SubkernelLaunch::new(&device, "copy_rows", &chunks.launch, chunking, Wrappers::Kernels)?;
+    let declared: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    let src = l.input("src", src, &declared, Some(0))?;
+    let dst = l.output("dst", dst, &declared, 0)?;
+    l.submit(target, Arc::new(RowCopy { src, dst, row_bytes }))
+}
+
+/// The chunks of one copy.
+struct RowCopy {
+    src: u64,
+    dst: u64,
+    row_bytes: usize,
+}
+
+impl RowCopy {
+    fn part(&self, chunk: Chunk) -> (u64, u64, usize) {
+        let off = (chunk.start * self.row_bytes) as u64;
+        (self.dst + off, self.src + off, chunk.len() * self.row_bytes)
+    }
+}
+
+impl ChunkOp for RowCopy {
+    unsafe fn enqueue(&self, chunk: Chunk, _lane: usize, stream: &Stream) -> Result<()> {
+        let (dst, src, bytes) = self.part(chunk);
+        // SAFETY: the chunk's rows of two tensors of the checked shape, kept alive by the
+        // launch; distinct tensors do not overlap (a tensor cannot be bound as both).
+        unsafe { stream.copy_raw(dst, src, bytes) }
+    }
+
+    unsafe fn run_on_host(&self, chunk: Chunk) {
+        let (dst, src, bytes) = self.part(chunk);
+        // SAFETY: as above; CPU-backend memory is host memory.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, bytes) }
+    }
+}

@@ -1,0 +1,540 @@
+//! cuBLASLt GEMMs as subkernels: `C = A·Wᵀ` (optionally `+ R`, the residual epilogue) in
+//! bf16 with f32 accumulation, the semantics of the kernel library's `matmul`: activations
+//! `A[m, k]`, the weight of a PyTorch `Linear(k, n)` `W[n, k]`, `C[m, n]`, all row-major;
+//! `C` is rounded once, to nearest even.
+//!
+//! [`CublasLt::matmul`] runs it chunked, in the data-tile protocol, on an AsyncStream
+//! ([`super`]); [`CublasLt::matmul_on`] is one plain call on a plain stream (the reference,
+//! and interop without adaptation: join it with `AsyncStream::wait_on` / `block`).
+//!
+//! Row-major `C[m, n]` is column-major `Cᵀ (n × m, ld n)`, so each call computes
+//! `Cᵀ = W · Aᵀ`: cuBLASLt's `A` operand is `W` stored as column-major `k × n` (ld `k`)
+//! with `op = T`, its `B` operand is `A` stored as column-major `k × m` (ld `k`) with
+//! `op = N`, and `C`/`D` are `n × m` with ld `n`. A chunk of rows of `C` offsets `A` and
+//! `C`; a chunk of columns offsets `W` and `C` and keeps ld `n`. Workspaces: one of
+//! [`WORKSPACE_BYTES`] per stream that runs calls (two chunks on two side streams run at
+//! once), made on a stream's first call.
+//!
+//! On the CPU backend the same calls run a host GEMM with the same rounding.
+
+use super::{Chunk, ChunkOp, Chunking, SubkernelLaunch, Wrappers};
+use crate::async_stream::AsyncStream;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::launch::{AsInput, AsOutput, LaunchOptions, LaunchTarget as _};
+use crate::mutex::lock;
+use crate::stream::Stream;
+use crate::tensor::Tensor;
+use crate::tiled::Tiled;
+use crate::tiling::{DataTiling, R2};
+use cudarc::cublaslt::{result as lt, sys};
+use half::bf16;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Bytes of each stream's cuBLASLt workspace (NVIDIA's recommendation for Hopper).
+pub const WORKSPACE_BYTES: usize = 32 << 20;
+
+/// A tensor whose shape a subkernel client can read: a [`Tensor`] or a [`Tiled`] one.
+pub trait Shaped {
+    /// Shape, outermost first.
+    fn dims(&self) -> &[usize];
+}
+
+impl<T: crate::dtype::DType> Shaped for Tensor<T> {
+    fn dims(&self) -> &[usize] {
+        self.shape()
+    }
+}
+
+impl<T: crate::dtype::DType, D: DataTiling> Shaped for Tiled<T, D> {
+    fn dims(&self) -> &[usize] {
+        self.shape()
+    }
+}
+
+/// A bf16 matrix a GEMM subkernel reads: a `Tensor<bf16>` or a rank-2 `Tiled<bf16, D>`.
+pub trait Operand: AsInput<bf16, R2> + Shaped {}
+impl<X: AsInput<bf16, R2> + Shaped> Operand for X {}
+
+/// A bf16 matrix a GEMM subkernel writes.
+pub trait Destination: AsOutput<bf16, R2> + Shaped {}
+impl<X: AsOutput<bf16, R2> + Shaped> Destination for X {}
+
+/// Which dimension of `C` the chunks cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmAxis {
+    /// Rows (`m`): chunk `c` reads its rows of `A` (and of `R`) and all of `W`.
+    Rows,
+    /// Columns (`n`): chunk `c` reads all of `A` and its rows of `W`.
+    Cols,
+}
+
+/// How a GEMM subkernel is chunked.
+#[derive(Clone, Debug)]
+pub struct GemmChunks {
+    /// At most this many chunks (1 to [`super::MAX_CHUNKS`]): the knob.
+    pub chunks: usize,
+    /// The dimension of `C` they cut.
+    pub along: GemmAxis,
+    /// Chunk sizes are multiples of this many rows or columns (columns: a multiple of 8,
+    /// keeping the operands 16-byte aligned).
+    pub align: usize,
+    /// Options of the proxy launch (wait timeout).
+    pub launch: LaunchOptions,
+}
+
+impl Default for GemmChunks {
+    fn default() -> Self {
+        GemmChunks {
+            chunks: 4,
+            along: GemmAxis::Rows,
+            align: 64,
+            launch: LaunchOptions::default(),
+        }
+    }
+}
+
+/// The GEMM's shape as cuBLASLt plans it: one call of `rows × cols` of `C` with `k`,
+/// `ldc` the row stride of `C`, with or without the residual.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct PlanKey {
+    rows: usize,
+    cols: usize,
+    k: usize,
+    ldc: usize,
+    residual: bool,
+}
+
+/// Descriptors and the chosen algorithm of one call shape.
+struct Plan {
+    desc: sys::cublasLtMatmulDesc_t,
+    w_layout: sys::cublasLtMatrixLayout_t,
+    a_layout: sys::cublasLtMatrixLayout_t,
+    c_layout: sys::cublasLtMatrixLayout_t,
+    algo: sys::cublasLtMatmulAlgo_t,
+}
+
+// SAFETY: cuBLASLt descriptors are plain host objects, read-only once built; they are
+// used under the plan cache's `Arc` and destroyed once, in `Drop`.
+unsafe impl Send for Plan {}
+unsafe impl Sync for Plan {}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        // SAFETY: created in `Plan::new`, destroyed once; no call is being enqueued with
+        // them (the cache drops plans only with the handle).
+        unsafe {
+            let _ = lt::destroy_matrix_layout(self.w_layout);
+            let _ = lt::destroy_matrix_layout(self.a_layout);
+            let _ = lt::destroy_matrix_layout(self.c_layout);
+            let _ = lt::destroy_matmul_desc(self.desc);
+        }
+    }
+}
+
+/// A cuBLASLt handle (absent on the CPU backend).
+struct Handle(sys::cublasLtHandle_t);
+
+// SAFETY: a cuBLASLt handle may be used from any thread; calls on different streams do
+// not share state other than the handle's (read-only) context.
+unsafe impl Send for Handle {}
+unsafe impl Sync for Handle {}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // SAFETY: created in `CublasLt::new`, destroyed once, after its plans.
+        unsafe {
+            let _ = lt::destroy_handle(self.0);
+        }
+    }
+}
+
+struct Inner {
+    device: Device,
+    // Field order is drop order: plans before the handle.
+    plans: Mutex<HashMap<PlanKey, Arc<Plan>>>,
+    workspaces: Mutex<HashMap<u64, Tensor<u32>>>,
+    handle: Option<Handle>,
+}
+
+/// cuBLASLt on one device, with its plans and workspaces. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct CublasLt {
+    inner: Arc<Inner>,
+}
+
+fn lt_error(what: impl std::fmt::Display, e: lt::CublasError) -> Error {
+    Error::Invalid(format!("cuBLASLt: {what}: {e:?}"))
+}
+
+impl CublasLt {
+    /// cuBLASLt for `device`. On a GPU this loads `libcublasLt` (an error names it when it
+    /// is missing); the CPU backend needs no library.
+    pub fn new(device: &Device) -> Result<CublasLt> {
+        let handle = if device.is_cuda() {
+            // SAFETY: only probes for the library.
+            if !unsafe { sys::is_culib_present() } {
+                return Err(Error::Invalid(
+                    "cuBLASLt GEMMs need libcublasLt.so (CUDA's cuBLAS), which was not found on the library path"
+                        .into(),
+                ));
+            }
+            Some(Handle(
+                lt::create_handle().map_err(|e| lt_error("creating a handle", e))?,
+            ))
+        } else {
+            None
+        };
+        Ok(CublasLt {
+            inner: Arc::new(Inner {
+                device: device.clone(),
+                plans: Mutex::default(),
+                workspaces: Mutex::default(),
+                handle,
+            }),
+        })
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+
+    /// `C = A·Wᵀ (+ R)` as a subkernel on `target`, chunked by `chunks`. `A` and `R` may be
+    /// produced `Tiled` tensors (each chunk waits for the rows it reads), `C` may be a
+    /// `Tiled` tensor (each chunk signals its data tiles). Shapes: `A[m, k]`, `W[n, k]`,
+    /// `C[m, n]`, `R[m, n]`; `k` and `n` multiples of 8.
+    pub fn matmul(
+        &self,
+        target: &AsyncStream,
+        a: &dyn Operand,
+        w: &Tensor<bf16>,
+        residual: Option<&dyn Operand>,
+        c: &mut dyn Destination,
+        chunks: &GemmChunks,
+    ) -> Result<()> {
+        let (m, n, k) = gemm_shape(a.dims(), w.shape(), c.dims(), residual.map(|r| r.dims()))?;
+        let (extent, align) = match chunks.along {
+            GemmAxis::Rows => (m, chunks.align.max(1)),
+            GemmAxis::Cols => (n, chunks.align.max(1).div_ceil(8) * 8),
+        };
+        let chunking = Chunking::new(extent, chunks.chunks, align)?;
+        let device = target.device().clone();
+        let mut l = SubkernelLaunch::new(
+            &device,
+            "cublaslt_matmul",
+            &chunks.launch,
+            chunking,
+            Wrappers::StreamMemOps,
+        )?;
+        let rows = (chunks.along == GemmAxis::Rows).then_some(0);
+        let (mu, nu, ku) = (m as u64, n as u64, k as u64);
+        let a_addr = l.input("a", a, &[mu, ku], rows)?;
+        let r_addr = residual.map(|r| l.input("residual", r, &[mu, nu], rows)).transpose()?;
+        let w_addr = l.read("w", w, &[n, k])?;
+        let c_addr = l.output("c", c, &[mu, nu], if rows.is_some() { 0 } else { 1 })?;
+        let op = GemmChunk {
+            lt: self.clone(),
+            a: a_addr,
+            w: w_addr,
+            c: c_addr,
+            r: r_addr,
+            m,
+            n,
+            k,
+            along: chunks.along,
+        };
+        l.submit(target, Arc::new(op))
+    }
+
+    /// `C = A·Wᵀ (+ R)` as one cuBLASLt call on `stream`, without the data-tile protocol
+    /// (the reference for chunked calls, and an unadapted kernel for interop). Enqueued
+    /// only; the caller keeps the tensors alive until the stream is done with them.
+    pub fn matmul_on(
+        &self,
+        stream: &Stream,
+        a: &Tensor<bf16>,
+        w: &Tensor<bf16>,
+        residual: Option<&Tensor<bf16>>,
+        c: &mut Tensor<bf16>,
+    ) -> Result<()> {
+        let (m, n, k) = gemm_shape(a.shape(), w.shape(), c.shape(), residual.map(|r| r.shape()))?;
+        for (name, t) in [("a", a), ("w", w), ("c", &*c)]
+            .into_iter()
+            .chain(residual.map(|r| ("residual", r)))
+        {
+            if !t.device().same(&self.inner.device) {
+                return Err(Error::Invalid(format!(
+                    "cuBLASLt matmul: `{name}` lives on {}, the handle on {}",
+                    t.device().name(),
+                    self.inner.device.name()
+                )));
+            }
+        }
+        let op = GemmChunk {
+            lt: self.clone(),
+            a: a.addr(),
+            w: w.addr(),
+            c: c.addr(),
+            r: residual.map(Tensor::addr),
+            m,
+            n,
+            k,
+            along: GemmAxis::Rows,
+        };
+        let whole = Chunk {
+            index: 0,
+            start: 0,
+            end: m,
+        };
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        if self.inner.device.is_cuda() {
+            // SAFETY: the tensors were checked above (shapes, device); the caller keeps them
+            // alive until the stream is done.
+            unsafe { op.enqueue(whole, 2, stream) }
+        } else {
+            // SAFETY: as above; CPU-backend tensors are host memory. Runs in stream order.
+            stream.host_op(Arc::new(move || unsafe { op.run_on_host(whole) }))
+        }
+    }
+
+    /// The plan of one call shape, built on first use.
+    fn plan(&self, key: PlanKey) -> Result<Arc<Plan>> {
+        if let Some(p) = lock(&self.inner.plans).get(&key) {
+            return Ok(p.clone());
+        }
+        let handle = self
+            .inner
+            .handle
+            .as_ref()
+            .ok_or_else(|| Error::Internal("a cuBLASLt plan on the CPU backend".into()))?;
+        let plan = Arc::new(build_plan(handle.0, key)?);
+        lock(&self.inner.plans).insert(key, plan.clone());
+        Ok(plan)
+    }
+
+    /// The workspace of `stream`, made on its first call.
+    fn workspace(&self, stream: &Stream) -> Result<u64> {
+        let mut ws = lock(&self.inner.workspaces);
+        if let Some(t) = ws.get(&stream.id()) {
+            return Ok(t.addr());
+        }
+        let t = Tensor::<u32>::empty(&self.inner.device, &[WORKSPACE_BYTES / 4])?;
+        let addr = t.addr();
+        ws.insert(stream.id(), t);
+        Ok(addr)
+    }
+}
+
+/// Checks `A[m, k]`, `W[n, k]`, `C[m, n]` (and `R[m, n]`) and returns `(m, n, k)`.
+fn gemm_shape(a: &[usize], w: &[usize], c: &[usize], r: Option<&[usize]>) -> Result<(usize, usize, usize)> {
+    let bad = || {
+        Error::shape(format!(
+            "cuBLASLt matmul needs a[m, k], w[n, k], c[m, n]{}: got a {a:?}, w {w:?}, c {c:?}{}",
+            if r.is_some() { ", residual[m, n]" } else { "" },
+            r.map(|r| format!(", residual {r:?}")).unwrap_or_default()
+        ))
+    };
+    let (&[m, k], &[n, wk], &[cm, cn]) = (a, w, c) else {
+        return Err(bad());
+    };
+    if wk != k || cm != m || cn != n || r.is_some_and(|r| r != [m, n]) {
+        return Err(bad());
+    }
+    if !k.is_multiple_of(8) || !n.is_multiple_of(8) {
+        return Err(Error::shape(format!(
+            "cuBLASLt matmul: k = {k} and n = {n} must be multiples of 8 (16-byte aligned rows and chunks)"
+        )));
+    }
+    for (what, v) in [("m", m), ("n", n), ("k", k)] {
+        if v > i32::MAX as usize {
+            return Err(Error::shape(format!("cuBLASLt matmul: {what} = {v} exceeds i32")));
+        }
+    }
+    Ok((m, n, k))
+}
+
+/// Descriptors for one call shape and the heuristic's first algorithm.
+fn build_plan(handle: sys::cublasLtHandle_t, key: PlanKey) -> Result<Plan> {
+    use sys::cublasLtMatmulDescAttributes_t::{CUBLASLT_MATMUL_DESC_TRANSA, CUBLASLT_MATMUL_DESC_TRANSB};
+    let bf = sys::cudaDataType_t::CUDA_R_16BF;
+    let what = || format!("planning a {}×{}×{} GEMM", key.rows, key.cols, key.k);
+    let desc = lt::create_matmul_desc(
+        sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        sys::cudaDataType_t::CUDA_R_32F,
+    )
+    .map_err(|e| lt_error(what(), e))?;
+    // Column-major view (module docs): D (cols × rows, ld ldc) = op_T(W: k × cols) · A (k × rows).
+    let (w_layout, a_layout, c_layout) = (
+        lt::create_matrix_layout(bf, key.k as u64, key.cols as u64, key.k as i64),
+        lt::create_matrix_layout(bf, key.k as u64, key.rows as u64, key.k as i64),
+        lt::create_matrix_layout(bf, key.cols as u64, key.rows as u64, key.ldc as i64),
+    );
+    let mut plan = Plan {
+        desc,
+        w_layout: w_layout.map_err(|e| lt_error(what(), e))?,
+        a_layout: a_layout.map_err(|e| lt_error(what(), e))?,
+        c_layout: c_layout.map_err(|e| lt_error(what(), e))?,
+        // SAFETY: a plain-data struct; overwritten by the heuristic below.
+        algo: unsafe { std::mem::zeroed() },
+    };
+    // cublasOperation_t values (cuBLASLt's bindings take them as i32): T = 1, N = 0.
+    let (ta, tb): (i32, i32) = (1, 0);
+    // SAFETY: live descriptors; attribute values of the documented types and sizes.
+    unsafe {
+        lt::set_matmul_desc_attribute(
+            plan.desc,
+            CUBLASLT_MATMUL_DESC_TRANSA,
+            (&ta) as *const _ as *const _,
+            size_of::<i32>(),
+        )
+        .map_err(|e| lt_error(what(), e))?;
+        lt::set_matmul_desc_attribute(
+            plan.desc,
+            CUBLASLT_MATMUL_DESC_TRANSB,
+            (&tb) as *const _ as *const _,
+            size_of::<i32>(),
+        )
+        .map_err(|e| lt_error(what(), e))?;
+        let pref = lt::create_matmul_pref().map_err(|e| lt_error(what(), e))?;
+        let bytes = WORKSPACE_BYTES as u64;
+        let heuristic = lt::set_matmul_pref_attribute(
+            pref,
+            sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            (&bytes) as *const _ as *const _,
+            size_of::<u64>(),
+        )
+        .and_then(|()| {
+            lt::get_matmul_algo_heuristic(
+                handle,
+                plan.desc,
+                plan.w_layout,
+                plan.a_layout,
+                plan.c_layout,
+                plan.c_layout,
+                pref,
+            )
+        });
+        let _ = lt::destroy_matmul_pref(pref);
+        plan.algo = heuristic.map_err(|e| lt_error(what(), e))?.algo;
+    }
+    let _ = key.residual;
+    Ok(plan)
+}
+
+/// The chunks of one GEMM: its operands' addresses and shape.
+struct GemmChunk {
+    lt: CublasLt,
+    a: u64,
+    w: u64,
+    c: u64,
+    r: Option<u64>,
+    m: usize,
+    n: usize,
+    k: usize,
+    along: GemmAxis,
+}
+
+impl GemmChunk {
+    /// The chunk's part: `(rows, cols, a, w, c, r)` with addresses offset to it.
+    fn part(&self, chunk: Chunk) -> (usize, usize, u64, u64, u64, Option<u64>) {
+        const B: u64 = 2; // bytes per bf16
+        let s = chunk.start as u64;
+        match self.along {
+            GemmAxis::Rows => {
+                let (a, c) = (s * self.k as u64 * B, s * self.n as u64 * B);
+                (
+                    chunk.len(),
+                    self.n,
+                    self.a + a,
+                    self.w,
+                    self.c + c,
+                    self.r.map(|r| r + c),
+                )
+            }
+            GemmAxis::Cols => (
+                self.m,
+                chunk.len(),
+                self.a,
+                self.w + s * self.k as u64 * B,
+                self.c + s * B,
+                self.r.map(|r| r + s * B),
+            ),
+        }
+    }
+}
+
+impl ChunkOp for GemmChunk {
+    unsafe fn enqueue(&self, chunk: Chunk, _lane: usize, stream: &Stream) -> Result<()> {
+        let (rows, cols, a, w, c, r) = self.part(chunk);
+        let handle = self
+            .lt
+            .inner
+            .handle
+            .as_ref()
+            .ok_or_else(|| Error::Internal("a cuBLASLt call on the CPU backend".into()))?;
+        let cu = stream
+            .cu_stream()
+            .ok_or_else(|| Error::Internal("a cuBLASLt call on a stream without a CUDA handle".into()))?;
+        let plan = self.lt.plan(PlanKey {
+            rows,
+            cols,
+            k: self.k,
+            ldc: self.n,
+            residual: r.is_some(),
+        })?;
+        let ws = self.lt.workspace(stream)?;
+        let (alpha, beta) = (1f32, if r.is_some() { 1f32 } else { 0f32 });
+        // SAFETY: live handle, plan and stream; the addresses are the chunk's part of
+        // operands whose shapes were checked at bind time and which the caller keeps
+        // alive until the call is done; the workspace is this stream's own.
+        unsafe {
+            lt::matmul(
+                handle.0,
+                plan.desc,
+                (&alpha) as *const f32 as *const _,
+                (&beta) as *const f32 as *const _,
+                w as *const _,
+                plan.w_layout,
+                a as *const _,
+                plan.a_layout,
+                r.unwrap_or(c) as *const _,
+                plan.c_layout,
+                c as *mut _,
+                plan.c_layout,
+                &plan.algo,
+                ws as *mut _,
+                WORKSPACE_BYTES,
+                cu as *mut _,
+            )
+        }
+        .map_err(|e| lt_error(format!("enqueueing a {rows}×{cols}×{} GEMM", self.k), e))
+    }
+
+    unsafe fn run_on_host(&self, chunk: Chunk) {
+        let (rows, cols, a, w, c, r) = self.part(chunk);
+        let (k, ld) = (self.k, self.n);
+        // SAFETY: the chunk's part of host (CPU-backend) operands, alive and checked at
+        // bind time: `rows` rows of `k` from `a`, `cols` rows of `k` from `w`, `rows` rows
+        // of stride `ld` from `c` and `r`.
+        unsafe {
+            let a = std::slice::from_raw_parts(a as *const bf16, (rows.max(1) - 1) * k + k);
+            let w = std::slice::from_raw_parts(w as *const bf16, (cols.max(1) - 1) * k + k);
+            for i in 0..rows {
+                for j in 0..cols {
+                    let mut acc = 0f32;
+                    for (x, y) in a[i * k..(i + 1) * k].iter().zip(&w[j * k..(j + 1) * k]) {
+                        acc += x.to_f32() * y.to_f32();
+                    }
+                    if let Some(r) = r {
+                        acc += (*(r as *const bf16).add(i * ld + j)).to_f32();
+                    }
+                    *(c as *mut bf16).add(i * ld + j) = bf16::from_f32(acc);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! Closed-source operations in the data-tile protocol (paper §2.2 end, Appendix B).
+//!
+//! A vendor kernel (a cuBLASLt GEMM, a copy-engine transfer) has no source to put
+//! `wait_input` / `signal_output` in. A [`SubkernelLaunch`] splits its output into chunks
+//! along one dimension and runs it as one *subkernel* per chunk:
+//! - the chunks run on the AsyncStream's two side streams (greatest priority), round-robin,
+//!   so that no kernel barrier separates them;
+//! - each chunk is wrapped by a wait for its *go* flag and a write of its *done* flag, in
+//!   the backend that complements the chunk's ([`Wrappers`]): stream memory operations
+//!   around ordinary kernels, tiny kernels around copy-engine work;
+//! - a *proxy* kernel (`megaops_subkernel_proxy_N`, one CTA per chunk) is the launch the
+//!   AsyncStream sees: CTA `c` waits for the data tiles chunk `c` reads, sets its go flag,
+//!   waits for its done flag and signals the data tiles chunk `c` wrote.
+//!
+//! So a subkernel takes `Tiled` inputs and produces `Tiled` outputs like any MegaOps kernel:
+//! its kernel tiling is the chunking (one kernel tile per chunk), from which consumers'
+//! targets are derived; ordering, hazards, delayed release (the proxy's buffers include
+//! every operand), profiling and graph capture are the AsyncStream's. The next launch
+//! waits (AsyncStream's deadlock-freedom rule) until every chunk has been let go, so the
+//! chunks reach the GPU's queues, on streams of greater priority, before its CTAs do.
+//!
+//! On the CPU backend the same proxy, flags and side streams run; the wrappers are the
+//! runtime's kernels (the virtual GPU has no stream memory operations) and each chunk is
+//! the operation's CPU implementation ([`ChunkOp::run_on_host`]), a host operation in
+//! stream order. CI tests the protocol this way.
+//!
+//! Clients: [`cublaslt`] (GEMMs) and [`copy`] (copy-engine transfers).
+
+pub mod copy;
+pub mod cublaslt;
+mod side;
+
+use crate::async_stream::AsyncStream;
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::launch::{AsInput, AsOutput, KernelLaunch, LaunchOptions, TileDim};
+use crate::notes::{HostDim, TensorNote};
+use crate::param::param_bytes;
+use crate::runtime::RUNTIME_PTX;
+use crate::stream::Stream;
+use crate::tensor::Tensor;
+use crate::tiling::Rank;
+use megaops_device::sync::{KernelCtx, TileSync};
+use megaops_runtime_kernels::proxy::{ChunkSpan, PROXY_MAX_TENSORS, ProxyArgs};
+use std::sync::Arc;
+
+pub(crate) use side::SideWork;
+
+/// The most chunks one subkernel launch splits into.
+pub const MAX_CHUNKS: usize = 64;
+
+/// How a subkernel's chunks are held back and reported done on their side streams. The
+/// wrappers must not use the chunk's own hardware path, or a wrapper queues behind the
+/// other side stream's chunk (paper Appendix B).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wrappers {
+    /// `cuStreamWaitValue32` / `cuStreamWriteValue32` around each chunk: for chunks that
+    /// are ordinary kernels (cuBLASLt).
+    StreamMemOps,
+    /// The runtime's wait kernel and `megaops_set_flag` around each chunk: for copy-engine
+    /// chunks.
+    Kernels,
+}
+
+/// One chunk: its index and its elements `start..end` along the chunked dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    /// Index (0-based), also the proxy's CTA for it.
+    pub index: usize,
+    /// First element along the chunked dimension.
+    pub start: usize,
+    /// One past the last element.
+    pub end: usize,
+}
+
+impl Chunk {
+    /// Elements along the chunked dimension.
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// True for a chunk of no elements (never produced by [`Chunking`]).
+    pub fn is_empty(&self) -> bool {
+        self.end == self.start
+    }
+}
+
+/// How an output dimension of `extent` elements is cut into chunks: at most `chunks`
+/// chunks of equal size (a multiple of `align`), the last one shorter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chunking {
+    /// Elements per chunk (the last may be shorter).
+    pub chunk: usize,
+    /// The chunks, in order.
+    pub chunks: Vec<Chunk>,
+}
+
+impl Chunking {
+    /// Cuts `extent` elements into at most `chunks` (1 to [`MAX_CHUNKS`]) chunks whose size
+    /// is a multiple of `align` (≥ 1).
+    pub fn new(extent: usize, chunks: usize, align: usize) -> Result<Chunking> {
+        if chunks == 0 || chunks > MAX_CHUNKS {
+            return Err(Error::Invalid(format!(
+                "a subkernel splits into 1 to {MAX_CHUNKS} chunks, not {chunks}"
+            )));
+        }
+        if align == 0 {
+            return Err(Error::Invalid("a chunk alignment is at least 1 element".into()));
+        }
+        let chunk = extent.div_ceil(chunks).div_ceil(align).max(1) * align;
+        let chunks = (0..extent.div_ceil(chunk))
+            .map(|index| Chunk {
+                index,
+                start: index * chunk,
+                end: ((index + 1) * chunk).min(extent),
+            })
+            .collect();
+        Ok(Chunking { chunk, chunks })
+    }
+}
+
+/// A closed-source operation that runs chunk by chunk. Implementations capture their
+/// operands' addresses; the [`SubkernelLaunch`] that runs them keeps the operands alive and
+/// ordered.
+pub trait ChunkOp: Send + Sync + 'static {
+    /// Enqueues chunk `chunk` on `stream` (a CUDA stream; `lane` is 0 or 1, the side stream
+    /// it is, for per-stream resources such as a workspace). It must read and write only
+    /// what the chunk's part of the launch declared.
+    ///
+    /// # Safety
+    /// The operands captured at bind time are still allocated (the launch keeps them until
+    /// the chunk is done) and `stream` belongs to their device.
+    unsafe fn enqueue(&self, chunk: Chunk, lane: usize, stream: &Stream) -> Result<()>;
+
+    /// Runs chunk `chunk` on the host: the CPU backend's implementation of the operation.
+    ///
+    /// # Safety
+    /// As for [`ChunkOp::enqueue`]; the operands are CPU-backend (host) memory.
+    unsafe fn run_on_host(&self, chunk: Chunk);
+}
+
+/// A closed-source operation being bound as a subkernel: its inputs and output are bound
+/// as a MegaOps kernel's are (shapes checked, targets derived, the output recorded as
+/// produced by a kernel tiling of one tile per chunk), then [`SubkernelLaunch::submit`]
+/// runs it on an AsyncStream.
+pub struct SubkernelLaunch<'a> {
+    launch: KernelLaunch<'a>,
+    device: Device,
+    name: &'static str,
+    chunking: Chunking,
+    spans: Vec<ChunkSpan>,
+    syncs: Vec<TileSync>,
+    inputs: usize,
+    output: bool,
+    wrappers: Wrappers,
+}
+
+impl<'a> SubkernelLaunch<'a> {
+    /// Starts a subkernel launch of the operation `name`, whose output is cut along one
+    /// dimension by `chunking`, wrapped by `wrappers`.
+    pub fn new(
+        device: &Device,
+        name: &'static str,
+        opts: &'a LaunchOptions,
+        chunking: Chunking,
+        wrappers: Wrappers,
+    ) -> Result<Self> {
+        let mut launch = KernelLaunch::new(device, name, &RUNTIME_PTX, "megaops_subkernel_proxy_0", opts);
+        launch.tiles(&[chunking.chunks.len() as u64])?;
+        launch.block([32, 1, 1])?;
+        Ok(SubkernelLaunch {
+            launch,
+            device: device.clone(),
+            name,
+            chunking,
+            spans: Vec::new(),
+            syncs: Vec::new(),
+            inputs: 0,
+            output: false,
+            wrappers,
+        })
+    }
+
+    /// The chunks.
+    pub fn chunks(&self) -> &[Chunk] {
+        &self.chunking.chunks
+    }
+
+    fn tile(&self, shape: &[u64], along: Option<usize>) -> Result<(Vec<TileDim>, ChunkSpan)> {
+        let mut tile = vec![TileDim::WHOLE; shape.len()];
+        let span = match along {
+            None => ChunkSpan::WHOLE,
+            Some(d) if d < shape.len() => {
+                tile[d] = TileDim::axis(0, self.chunking.chunk as u64);
+                ChunkSpan {
+                    dim: d as u32,
+                    chunk: self.chunking.chunk as u32,
+                }
+            }
+            Some(d) => {
+                return Err(Error::launch(
+                    self.name,
+                    format!("chunks along dimension {d} of a tensor of rank {}", shape.len()),
+                ));
+            }
+        };
+        Ok((tile, span))
+    }
+
+    /// Binds a synchronised input of shape `shape`: chunk `c` reads elements of chunk `c`
+    /// along dimension `along` (the output's chunking), or the whole tensor (`None`). The
+    /// proxy waits for those data tiles before the chunk starts. Returns its address.
+    pub fn input<T: DType, R: Rank, X: AsInput<T, R> + ?Sized>(
+        &mut self,
+        param: &str,
+        x: &X,
+        shape: &[u64],
+        along: Option<usize>,
+    ) -> Result<u64> {
+        if self.output {
+            return Err(Error::launch(self.name, "bind a subkernel's inputs before its output"));
+        }
+        if self.inputs + 1 >= PROXY_MAX_TENSORS {
+            return Err(Error::launch(
+                self.name,
+                format!("a subkernel synchronises at most {} inputs", PROXY_MAX_TENSORS - 1),
+            ));
+        }
+        let (tile, span) = self.tile(shape, along)?;
+        let (addr, sync) = self.launch.input(param, x, shape, &tile)?;
+        self.spans.push(span);
+        self.syncs.push(sync);
+        self.inputs += 1;
+        Ok(addr)
+    }
+
+    /// Binds a plain operand the chunks read (a weight): no data-tile wait, but ordered
+    /// after its writers and kept alive like a kernel argument. Returns its address.
+    pub fn read<T: DType>(&mut self, param: &str, x: &Tensor<T>, shape: &[usize]) -> Result<u64> {
+        if x.shape() != shape {
+            return Err(Error::Shape {
+                kernel: Some(self.name.to_string()),
+                tensor: Some(param.to_string()),
+                expected: Some(shape.to_vec()),
+                found: Some(x.shape().to_vec()),
+                message: format!(
+                    "`{}` expects `{param}` of shape {shape:?}, got {:?}",
+                    self.name,
+                    x.shape()
+                ),
+            });
+        }
+        self.launch.touch(param, x, false)?;
+        Ok(x.addr())
+    }
+
+    /// Binds the output of shape `shape`, chunked along dimension `along` (the chunking's
+    /// dimension): the proxy signals each chunk's data tiles once the chunk is done, and
+    /// the tensor records the subkernel as its producer. Returns its address.
+    pub fn output<T: DType, R: Rank, X: AsOutput<T, R> + ?Sized>(
+        &mut self,
+        param: &str,
+        x: &mut X,
+        shape: &[u64],
+        along: usize,
+    ) -> Result<u64> {
+        if self.output {
+            return Err(Error::launch(self.name, "a subkernel has one output"));
+        }
+        let extent = shape.get(along).copied().unwrap_or(0) as usize;
+        let covered = self.chunking.chunks.last().map_or(0, |c| c.end);
+        if extent != covered {
+            return Err(Error::launch(
+                self.name,
+                format!("its chunks cover {covered} elements along dimension {along} of `{param}`, which has {extent}"),
+            ));
+        }
+        let (tile, span) = self.tile(shape, Some(along))?;
+        let (addr, sync) = self.launch.output(param, x, shape, &tile, None)?;
+        self.spans.push(span);
+        self.syncs.push(sync);
+        self.output = true;
+        Ok(addr)
+    }
+
+    /// Runs the operation on `target`: the proxy as the AsyncStream's launch, `op`'s chunks
+    /// on its side streams. The output is produced (consumers launched afterwards wait for
+    /// its chunks) once this returns.
+    pub fn submit(mut self, target: &AsyncStream, op: Arc<dyn ChunkOp>) -> Result<()> {
+        if !self.output {
+            return Err(Error::launch(self.name, "a subkernel needs an output bound"));
+        }
+        let n = self.chunking.chunks.len();
+        let flags = Tensor::<i32>::empty(&self.device, &[2 * n + 1])?;
+        let flags_id = self.device.next_tensor_id();
+        let mut spans = [ChunkSpan::WHOLE; PROXY_MAX_TENSORS];
+        spans[..self.spans.len()].copy_from_slice(&self.spans);
+        let args = ProxyArgs {
+            flags: flags.addr() as *mut i32,
+            chunks: n as u32,
+            flags_id,
+            spans,
+        };
+        let entry = PROXY_ENTRIES[self.inputs];
+        self.launch.replace_args(entry, vec![param_bytes(&args)]);
+        let note = TensorNote {
+            name: format!("`{}` chunk flags (go 0..{n}, done {n}..{})", self.name, 2 * n),
+            dims: vec![HostDim {
+                size: (2 * n + 1) as u32,
+                tile: 1,
+                bounds: Vec::new(),
+            }],
+            ready: 1,
+            producer: None,
+            producer_launch: None,
+        };
+        self.launch.note_tensor(flags_id, note.clone());
+        self.launch.keep(flags.buffer().clone());
+        let work = side::ChunkedWork::new(
+            &self.device,
+            self.name,
+            op,
+            self.chunking.chunks.clone(),
+            flags.buffer().clone(),
+            flags_id,
+            note,
+            self.wrappers,
+        );
+        self.launch.side(Arc::new(work));
+        let syncs = self.syncs;
+        self.launch.submit(target, move |ctx| {
+            // SAFETY: the CPU body of the proxy, the function its PTX entry runs: the flags
+            // (kept by the launch) hold 2·n + 1 words, the syncs are the bound tensors'.
+            unsafe { run_proxy(&args, ctx, &syncs) }
+        })
+    }
+}
+
+/// The proxy's body for `syncs` (its inputs, then its output), as the PTX entry of that
+/// many inputs runs it.
+///
+/// # Safety
+/// As [`megaops_runtime_kernels::proxy::subkernel_proxy`].
+unsafe fn run_proxy(args: &ProxyArgs, ctx: &KernelCtx, syncs: &[TileSync]) {
+    use megaops_runtime_kernels::proxy::subkernel_proxy;
+    // SAFETY: forwarded.
+    unsafe {
+        match syncs {
+            [out] => subkernel_proxy(args, ctx, &[], out),
+            [a, out] => subkernel_proxy(args, ctx, &[*a], out),
+            [a, b, out] => subkernel_proxy(args, ctx, &[*a, *b], out),
+            [a, b, c, out] => subkernel_proxy(args, ctx, &[*a, *b, *c], out),
+            // `input` refuses more inputs than the proxy has entries for.
+            _ => {}
+        }
+    }
+}
+
+/// The proxy's PTX entries by number of synchronised inputs.
+const PROXY_ENTRIES: [&str; PROXY_MAX_TENSORS] = [
+    "megaops_subkernel_proxy_0",
+    "megaops_subkernel_proxy_1",
+    "megaops_subkernel_proxy_2",
+    "megaops_subkernel_proxy_3",
+];

@@ -1,0 +1,134 @@
+//! A subkernel's work on the side streams: per chunk, the wait for its go flag, the chunk,
+//! the write of its done flag.
+
+use super::{Chunk, ChunkOp, Wrappers};
+use crate::buffer::Buffer;
+use crate::device::Device;
+use crate::error::Result;
+use crate::notes::{LaunchNote, TensorNote};
+use crate::runtime;
+use crate::stream::Stream;
+use megaops_device::sync::{CtaRemap, KernelCtx, MAX_RANK};
+use std::sync::Arc;
+
+/// Work a launch brings to its AsyncStream's side streams. The AsyncStream calls
+/// [`SideWork::prepare`] on the launch's lane before the launch, then the side streams wait
+/// for the lane's work so far, then [`SideWork::enqueue`] runs right after the launch.
+pub(crate) trait SideWork: Send + Sync {
+    /// Enqueues what must precede the side work on the launch's lane (clearing flags).
+    fn prepare(&self, lane: &Stream) -> Result<()>;
+    /// Enqueues the work on the two side streams.
+    fn enqueue(&self, side: &[Stream; 2]) -> Result<()>;
+}
+
+/// The chunks of one subkernel launch.
+pub(super) struct ChunkedWork {
+    device: Device,
+    name: &'static str,
+    op: Arc<dyn ChunkOp>,
+    chunks: Vec<Chunk>,
+    /// Go flags, done flags, the released count (`2·chunks + 1` words).
+    flags: Arc<Buffer>,
+    flags_id: u32,
+    note: TensorNote,
+    wrappers: Wrappers,
+}
+
+impl ChunkedWork {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        device: &Device,
+        name: &'static str,
+        op: Arc<dyn ChunkOp>,
+        chunks: Vec<Chunk>,
+        flags: Arc<Buffer>,
+        flags_id: u32,
+        note: TensorNote,
+        wrappers: Wrappers,
+    ) -> Self {
+        ChunkedWork {
+            device: device.clone(),
+            name,
+            op,
+            chunks,
+            flags,
+            flags_id,
+            note,
+            wrappers,
+        }
+    }
+
+    /// The wait kernel holding chunk `c` on `stream` (side stream `lane`) until its go flag
+    /// is set, with a launch note that names the chunk and its flag.
+    fn wait_kernel(&self, stream: &Stream, lane: usize, c: &Chunk) -> Result<()> {
+        let timeout_ns = self.device.wait_timeout().as_nanos().min(u64::MAX as u128) as u64;
+        let ctx = KernelCtx {
+            begin_flag: std::ptr::null_mut(),
+            begin_token: 0,
+            begin_cta: 0,
+            launch_id: self.device.next_launch_id(),
+            remap: CtaRemap::IDENTITY,
+            tile_grid: [1; MAX_RANK],
+            num_tiles: 1,
+            timeout_ns,
+            errors: self.device.error_log_addr() as *mut _,
+            trace: std::ptr::null_mut(),
+        };
+        self.device.notes().insert(
+            ctx.launch_id,
+            LaunchNote {
+                kernel: format!("`{}` chunk {} (held until its proxy lets it go)", self.name, c.index),
+                tile_grid: vec![1],
+                tensors: vec![(self.flags_id, self.note.clone())],
+                waits_for: None,
+                timeout_ns,
+                config: "",
+                stream: format!("stream #{} (side stream {lane})", stream.id()),
+            },
+        );
+        runtime::wait_word(stream, &self.flags, c.index as u32, 1, self.flags_id, ctx)?;
+        Ok(())
+    }
+}
+
+impl SideWork for ChunkedWork {
+    fn prepare(&self, lane: &Stream) -> Result<()> {
+        lane.fill_words(&self.flags, 0, 2 * self.chunks.len() + 1, 0)
+    }
+
+    fn enqueue(&self, side: &[Stream; 2]) -> Result<()> {
+        let n = self.chunks.len();
+        // The CPU backend has no stream memory operations: kernels wrap its chunks.
+        let memops = self.device.is_cuda() && self.wrappers == Wrappers::StreamMemOps;
+        for c in &self.chunks {
+            let lane = c.index % 2;
+            let s = &side[lane];
+            let go = self.flags.addr() + 4 * c.index as u64;
+            let done = (n + c.index) as u32;
+            if memops {
+                // SAFETY: the flags are plain device memory (the device allocator's
+                // `cuMemAlloc`), kept by the proxy launch, whose CTA `c` sets `go` in every
+                // case (also when its own wait fails).
+                unsafe { s.wait_value(go, 1)? };
+            } else {
+                self.wait_kernel(s, lane, c)?;
+            }
+            if self.device.is_cuda() {
+                // SAFETY: the proxy launch keeps every operand the op captured, and waits
+                // for this chunk's done flag before it completes.
+                unsafe { self.op.enqueue(*c, lane, s)? };
+            } else {
+                let (op, chunk) = (self.op.clone(), *c);
+                // SAFETY: as above; CPU-backend operands are host memory.
+                s.host_op(Arc::new(move || unsafe { op.run_on_host(chunk) }))?;
+            }
+            if memops {
+                // SAFETY: as for `go`.
+                unsafe { s.write_value(self.flags.addr() + 4 * done as u64, 1)? };
+            } else {
+                runtime::set_flag(s, &self.flags, done, 1)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,335 @@
+//! Closed-source kernels in the data-tile protocol (`megaops::subkernel`): chunked cuBLASLt
+//! GEMMs and copy-engine copies between MegaOps kernels, against f64 references, with
+//! fresh random inputs and poisoned outputs.
+//!
+//! - A Rust `matmul` produces `Y` (a `Tiled` tensor); a cuBLASLt subkernel consumes it (each
+//!   chunk waits for its rows) and produces `Z`; a Rust `matmul` consumes `Z` (waiting for
+//!   the chunks' data tiles): both directions of overlap, chunk counts 1 to 16, rows and
+//!   columns, shapes the chunks and tiles do not divide, the residual epilogue.
+//! - The same program captured into a graph and replayed.
+//! - A copy subkernel between a producer and a consumer.
+//! - Bad input is refused before anything runs.
+//!
+//! On the CPU backend (in CI) the protocol runs with the CPU implementations of the
+//! operations; on the GPU the same checks run with cuBLASLt and the copy engine, plus a
+//! chunked call against one call (bitwise where cuBLASLt picked the same algorithm).
+
+use megaops::subkernel::copy::{CopyChunks, copy_rows};
+use megaops::subkernel::cublaslt::{CublasLt, GemmAxis, GemmChunks};
+use megaops::testing::{assert_close, cpu_device, fresh_seed, gpu_or_skip, random};
+use megaops::{AsyncStream, Device, Error, LaunchOptions, Result, Rows, Stream, Tensor, Tiled, bf16};
+use megaops_kernels::gemm::matmul;
+
+/// bf16 NaN: every element a kernel forgets to write fails the comparison.
+const POISON: bf16 = bf16::from_bits(0xffc0);
+
+/// Relative error allowed: bf16 rounding of the output is ≈ 1.5e-3 in norm.
+const TOL: f64 = 5e-3;
+
+fn f64s(v: &[bf16]) -> Vec<f64> {
+    v.iter().map(|x| x.to_f64()).collect()
+}
+
+/// `C = A·Wᵀ (+ R)` in f64 (`A[m, k]`, `W[n, k]`, `R[m, n]`).
+fn reference(a: &[f64], w: &[f64], r: Option<&[f64]>, m: usize, n: usize, k: usize) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let dot: f64 = a[i * k..(i + 1) * k]
+                .iter()
+                .zip(&w[j * k..(j + 1) * k])
+                .map(|(x, y)| x * y)
+                .sum();
+            c[i * n + j] = dot + r.map_or(0.0, |r| r[i * n + j]);
+        }
+    }
+    c
+}
+
+/// One chain `X → matmul → Y → cuBLASLt subkernel → Z → matmul → O`, run eagerly or as a
+/// captured graph (replayed twice).
+struct Chain {
+    m: usize,
+    k: usize,
+    n1: usize,
+    n2: usize,
+    residual: bool,
+    chunks: GemmChunks,
+    graph: bool,
+}
+
+impl Chain {
+    fn check(&self, dev: &Device, lt: &CublasLt, streams: usize, seed: u64) -> Result<()> {
+        let (m, k, n1, n2) = (self.m, self.k, self.n1, self.n2);
+        let x = random::<bf16>(m * k, 1.0, seed);
+        let w1 = random::<bf16>(n1 * k, 1.0, seed ^ 1);
+        let w2 = random::<bf16>(n2 * n1, 0.5, seed ^ 2);
+        let w3 = random::<bf16>(n1 * n2, 0.5, seed ^ 3);
+        let r = random::<bf16>(m * n2, 1.0, seed ^ 4);
+        let xt = Tensor::from_slice(dev, &[m, k], &x)?;
+        let w1t = Tensor::from_slice(dev, &[n1, k], &w1)?;
+        let w2t = Tensor::from_slice(dev, &[n2, n1], &w2)?;
+        let w3t = Tensor::from_slice(dev, &[n1, n2], &w3)?;
+        let rt = Tiled::complete(Tensor::from_slice(dev, &[m, n2], &r)?, Rows::<16>, "r")?;
+        let mut y = Tiled::new(dev, &[m, n1], Rows::<64>, "y")?;
+        let mut z = Tiled::new(dev, &[m, n2], Rows::<32>, "z")?;
+        let mut o = Tensor::full(dev, &[m, n1], POISON)?;
+        y.tensor().fill(POISON)?;
+        z.tensor().fill(POISON)?;
+        let s = AsyncStream::new(dev, streams)?;
+        let (mu, ku, n1u, n2u) = (m as u32, k as u32, n1 as u32, n2 as u32);
+        let opts = LaunchOptions::default();
+        let residual = self
+            .residual
+            .then_some(&rt as &dyn megaops::subkernel::cublaslt::Operand);
+        let mut body = |s: &AsyncStream| -> Result<()> {
+            matmul::launch_with(s, &opts, &xt, &w1t, &mut y, mu, n1u, ku)?;
+            lt.matmul(s, &y, &w2t, residual, &mut z, &self.chunks)?;
+            matmul::launch_with(s, &opts, &z, &w3t, &mut o, mu, n1u, n2u)
+        };
+        if self.graph {
+            let g = s.capture(|s| body(s))?;
+            for _ in 0..2 {
+                z.tensor().fill(POISON)?;
+                o.fill(POISON)?;
+                g.launch(&s)?;
+                s.synchronize()?;
+            }
+        } else {
+            body(&s)?;
+            s.synchronize()?;
+        }
+        let what = format!(
+            "m={m} k={k} n1={n1} n2={n2} {:?} chunks {} residual {} graph {} streams {streams}",
+            self.chunks.along, self.chunks.chunks, self.residual, self.graph
+        );
+        let y_out = y.to_vec()?;
+        assert_close(
+            &format!("{what}: Y"),
+            &y_out,
+            &reference(&f64s(&x), &f64s(&w1), None, m, n1, k),
+            TOL,
+        );
+        let rf = f64s(&r);
+        let z_out = z.to_vec()?;
+        assert_close(
+            &format!("{what}: Z"),
+            &z_out,
+            &reference(&f64s(&y_out), &f64s(&w2), self.residual.then_some(&rf[..]), m, n2, n1),
+            TOL,
+        );
+        assert_close(
+            &format!("{what}: O"),
+            &o.to_vec()?,
+            &reference(&f64s(&z_out), &f64s(&w3), None, m, n1, n2),
+            TOL,
+        );
+        Ok(())
+    }
+}
+
+fn chains(small: bool) -> Vec<Chain> {
+    let (m, k, n1, n2) = if small {
+        (150, 32, 72, 40)
+    } else {
+        (1000, 1024, 2048, 3072)
+    };
+    let mut v = Vec::new();
+    for (i, chunks) in [1usize, 2, 3, 5, 16].into_iter().enumerate() {
+        for along in [GemmAxis::Rows, GemmAxis::Cols] {
+            v.push(Chain {
+                m,
+                k,
+                n1,
+                n2,
+                residual: i % 2 == 1,
+                chunks: GemmChunks {
+                    chunks,
+                    along,
+                    align: if along == GemmAxis::Rows { 16 } else { 8 },
+                    ..GemmChunks::default()
+                },
+                graph: i == 2,
+            });
+        }
+    }
+    v
+}
+
+/// The chain on the CPU backend, under two virtual-GPU seeds, with 1 and 2 streams.
+#[test]
+fn cublaslt_subkernels_between_megaops_kernels_on_the_cpu_backend() -> Result<()> {
+    let seed = fresh_seed("cublaslt_subkernels_between_megaops_kernels_on_the_cpu_backend");
+    for (i, vseed) in [seed, seed ^ 0x5eed].into_iter().enumerate() {
+        let dev = cpu_device(vseed)?;
+        let lt = CublasLt::new(&dev)?;
+        for (j, chain) in chains(true).iter().enumerate() {
+            chain.check(&dev, &lt, 1 + (i + j) % 2, vseed.wrapping_add(j as u64))?;
+        }
+    }
+    Ok(())
+}
+
+/// Producer → copy subkernel → consumer: the copy waits for its rows of `Y` and signals
+/// its rows of `Y2`, which the consumer waits for.
+fn check_copy(dev: &Device, (m, k, n): (usize, usize, usize), chunks: usize, seed: u64) -> Result<()> {
+    let x = random::<bf16>(m * k, 1.0, seed);
+    let w = random::<bf16>(n * k, 1.0, seed ^ 1);
+    let w2 = random::<bf16>(n * n, 0.5, seed ^ 2);
+    let xt = Tensor::from_slice(dev, &[m, k], &x)?;
+    let wt = Tensor::from_slice(dev, &[n, k], &w)?;
+    let w2t = Tensor::from_slice(dev, &[n, n], &w2)?;
+    let mut y = Tiled::new(dev, &[m, n], Rows::<64>, "y")?;
+    let mut y2 = Tiled::new(dev, &[m, n], Rows::<16>, "y2")?;
+    y2.tensor().fill(POISON)?;
+    let mut o = Tensor::full(dev, &[m, n], POISON)?;
+    let s = AsyncStream::new(dev, 2)?;
+    let (mu, ku, nu) = (m as u32, k as u32, n as u32);
+    let opts = LaunchOptions::default();
+    matmul::launch_with(&s, &opts, &xt, &wt, &mut y, mu, nu, ku)?;
+    let c = CopyChunks {
+        chunks,
+        ..CopyChunks::default()
+    };
+    copy_rows(&s, &y, &mut y2, &c)?;
+    matmul::launch_with(&s, &opts, &y2, &w2t, &mut o, mu, nu, nu)?;
+    s.synchronize()?;
+    let y_out = y.to_vec()?;
+    assert_eq!(y2.to_vec()?, y_out, "copy m={m} n={n} chunks {chunks}: Y2 is not Y");
+    assert_close(
+        &format!("copy m={m} n={n} chunks {chunks}: O"),
+        &o.to_vec()?,
+        &reference(&f64s(&y_out), &f64s(&w2), None, m, n, n),
+        TOL,
+    );
+    Ok(())
+}
+
+#[test]
+fn copy_subkernels_between_megaops_kernels_on_the_cpu_backend() -> Result<()> {
+    let seed = fresh_seed("copy_subkernels_between_megaops_kernels_on_the_cpu_backend");
+    let dev = cpu_device(seed)?;
+    for (i, chunks) in [1, 3, 7].into_iter().enumerate() {
+        check_copy(&dev, (130, 32, 48), chunks, seed.wrapping_add(i as u64))?;
+    }
+    Ok(())
+}
+
+/// Bad input is an error before anything runs.
+#[test]
+fn subkernels_refuse_bad_input_with_a_clear_error() -> Result<()> {
+    let dev = cpu_device(7)?;
+    let lt = CublasLt::new(&dev)?;
+    let s = AsyncStream::new(&dev, 2)?;
+    let a = Tensor::<bf16>::zeros(&dev, &[64, 32])?;
+    let w = Tensor::<bf16>::zeros(&dev, &[48, 32])?;
+    let mut c = Tensor::<bf16>::zeros(&dev, &[64, 48])?;
+    let expect = |r: Result<()>, what: &str, needle: &str| {
+        let e = r.expect_err(what);
+        assert!(e.to_string().contains(needle), "{what}: {e}");
+    };
+    for chunks in [0, 65] {
+        let g = GemmChunks {
+            chunks,
+            ..GemmChunks::default()
+        };
+        expect(lt.matmul(&s, &a, &w, None, &mut c, &g), "chunk count", "1 to 64 chunks");
+    }
+    let wrong = Tensor::<bf16>::zeros(&dev, &[40, 32])?;
+    expect(
+        lt.matmul(&s, &a, &wrong, None, &mut c, &GemmChunks::default()),
+        "W of the wrong shape",
+        "w[n, k]",
+    );
+    let odd = Tensor::<bf16>::zeros(&dev, &[64, 30])?;
+    let odd_w = Tensor::<bf16>::zeros(&dev, &[48, 30])?;
+    expect(
+        lt.matmul(&s, &odd, &odd_w, None, &mut c, &GemmChunks::default()),
+        "k not a multiple of 8",
+        "multiples of 8",
+    );
+    let mut bad = Tensor::<bf16>::zeros(&dev, &[64, 40])?;
+    let stream = Stream::new(&dev)?;
+    expect(
+        lt.matmul_on(&stream, &a, &w, None, &mut bad),
+        "C of the wrong shape",
+        "c[m, n]",
+    );
+    // An armed (never produced) `Tiled` input cannot be read.
+    let armed = Tiled::new(&dev, &[64, 32], Rows::<16>, "armed")?;
+    let e = lt
+        .matmul(&s, &armed, &w, None, &mut c, &GemmChunks::default())
+        .expect_err("an armed input");
+    assert!(matches!(e, Error::Tiling { .. }), "{e}");
+    s.synchronize()?;
+    Ok(())
+}
+
+/// Chunked cuBLASLt against one call, on the GPU: within bf16 tolerance of each other
+/// and of the f64 reference; counts how many outputs match bitwise (cuBLASLt may pick
+/// another algorithm for a chunk's shape).
+fn chunked_against_one_call(dev: &Device, lt: &CublasLt, (m, n, k): (usize, usize, usize), seed: u64) -> Result<()> {
+    let a = random::<bf16>(m * k, 1.0, seed);
+    let w = random::<bf16>(n * k, 1.0, seed ^ 1);
+    let at = Tensor::from_slice(dev, &[m, k], &a)?;
+    let wt = Tensor::from_slice(dev, &[n, k], &w)?;
+    let mut one = Tensor::full(dev, &[m, n], POISON)?;
+    let stream = Stream::new(dev)?;
+    lt.matmul_on(&stream, &at, &wt, None, &mut one)?;
+    stream.synchronize()?;
+    let one = one.to_vec()?;
+    let want = reference(&f64s(&a), &f64s(&w), None, m, n, k);
+    assert_close(&format!("one call {m}×{n}×{k}"), &one, &want, TOL);
+    let s = AsyncStream::new(dev, 2)?;
+    for chunks in [1, 2, 4, 7, 16] {
+        for along in [GemmAxis::Rows, GemmAxis::Cols] {
+            let mut c = Tiled::new(dev, &[m, n], Rows::<64>, "c")?;
+            c.tensor().fill(POISON)?;
+            let g = GemmChunks {
+                chunks,
+                along,
+                align: if along == GemmAxis::Rows { 64 } else { 64 },
+                ..GemmChunks::default()
+            };
+            lt.matmul(&s, &at, &wt, None, &mut c, &g)?;
+            s.synchronize()?;
+            let got = c.to_vec()?;
+            let what = format!("{m}×{n}×{k} {along:?} chunks {chunks}");
+            assert_close(&what, &got, &want, TOL);
+            let same = got.iter().zip(&one).filter(|(x, y)| x.to_bits() == y.to_bits()).count();
+            eprintln!("{what}: {same} of {} outputs bitwise equal to one call", got.len());
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn cublaslt_subkernels_on_the_gpu() -> Result<()> {
+    let Some(dev) = gpu_or_skip("cublaslt_subkernels_on_the_gpu") else {
+        return Ok(());
+    };
+    let seed = fresh_seed("cublaslt_subkernels_on_the_gpu");
+    let lt = CublasLt::new(&dev)?;
+    for (i, shape) in [(1024, 1024, 1024), (1000, 3000, 2056), (37, 520, 264)]
+        .into_iter()
+        .enumerate()
+    {
+        chunked_against_one_call(&dev, &lt, shape, seed.wrapping_add(i as u64))?;
+    }
+    for (j, chain) in chains(false).iter().enumerate() {
+        chain.check(&dev, &lt, 2, seed.wrapping_add(100 + j as u64))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn copy_subkernels_on_the_gpu() -> Result<()> {
+    let Some(dev) = gpu_or_skip("copy_subkernels_on_the_gpu") else {
+        return Ok(());
+    };
+    let seed = fresh_seed("copy_subkernels_on_the_gpu");
+    for (i, chunks) in [1, 4, 16].into_iter().enumerate() {
+        check_copy(&dev, (1000, 512, 1024), chunks, seed.wrapping_add(i as u64))?;
+    }
+    Ok(())
+}

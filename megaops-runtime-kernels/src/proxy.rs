@@ -1,0 +1,157 @@
+//! The proxy of a chunked closed-source operation (paper §2.2 end, Appendix B): one CTA
+//! per chunk runs the data-tile protocol on the chunk's behalf, because the chunk's own
+//! kernel (a cuBLASLt GEMM, a copy-engine transfer) has no source to put it in.
+//!
+//! CTA `c` of the proxy:
+//! 1. waits for the data tiles chunk `c` reads of every input (`wait_input`);
+//! 2. sets the chunk's *go* flag to 1 (`st.release.gpu`): the stream operation or wait
+//!    kernel that holds the chunk's subkernel back on its side stream lets it start;
+//! 3. counts the released chunks; the CTA that releases the last one raises the
+//!    AsyncStream begin flag, so the next launch starts only once every subkernel has been
+//!    let go (they reach the GPU's queues before its CTAs do);
+//! 4. waits for the chunk's *done* flag (written after the subkernel on its side stream),
+//!    with the protocol's timeout;
+//! 5. resets both flags to 0 (the same flags serve every replay of a graph), then signals
+//!    the data tiles chunk `c` wrote of the output (`signal_output`).
+//!
+//! A failed input wait still releases the chunk (its side stream must not block for
+//! ever: stream operations have no timeout) but signals nothing; the error log names the
+//! wait that failed.
+
+use megaops_device::atomic::{self, AcqRel, Gpu, Relaxed, Release};
+use megaops_device::sync::{
+    KernelCtx, MAX_RANK, ProducerTile, TileSync, WaitSite, kernel_begin_cta, signal_output, tile_region, wait_input,
+    wait_one,
+};
+use megaops_device::thread::{block_idx_x, linear_thread_idx};
+
+/// The most tensors (inputs and the output) one proxy synchronises.
+pub const PROXY_MAX_TENSORS: usize = 4;
+
+/// Marks a [`ChunkSpan`] whose tensor every chunk reads whole.
+pub const WHOLE_TENSOR: u32 = u32::MAX;
+
+/// Which part of a tensor chunk `c` reads or writes: elements `c·chunk .. (c+1)·chunk`
+/// (clamped) along dimension `dim`, every element of the other dimensions; the whole
+/// tensor when `dim` is [`WHOLE_TENSOR`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkSpan {
+    /// The dimension the chunks cut, or [`WHOLE_TENSOR`].
+    pub dim: u32,
+    /// Elements per chunk along `dim` (≥ 1).
+    pub chunk: u32,
+}
+
+impl ChunkSpan {
+    /// Every chunk reads the whole tensor.
+    pub const WHOLE: ChunkSpan = ChunkSpan {
+        dim: WHOLE_TENSOR,
+        chunk: 0,
+    };
+
+    /// The element region of chunk `c` of a tensor synchronised by `sync`.
+    #[inline(always)]
+    pub fn region(&self, sync: &TileSync, c: u32) -> [(u32, u32); MAX_RANK] {
+        let mut region = [(0u32, 0u32); MAX_RANK];
+        for (d, r) in region.iter_mut().enumerate().take((sync.rank as usize).min(MAX_RANK)) {
+            let size = sync.dims[d].size;
+            *r = if d as u32 == self.dim {
+                tile_region(c, self.chunk, size)
+            } else {
+                (0, size)
+            };
+        }
+        region
+    }
+}
+
+/// What a proxy launch needs besides its context and the tensors' [`TileSync`]s.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ProxyArgs {
+    /// `2·chunks + 1` words: the go flags, the done flags, the count of released chunks.
+    /// All zero between operations.
+    pub flags: *mut i32,
+    /// Number of chunks (= CTAs of the proxy).
+    pub chunks: u32,
+    /// Tensor id of the flags, for the error report of a subkernel that never finished.
+    pub flags_id: u32,
+    /// Per synchronised tensor, inputs first, then the output: what each chunk touches.
+    pub spans: [ChunkSpan; PROXY_MAX_TENSORS],
+}
+
+// SAFETY: the flags pointer is device memory the launch keeps; the block is copied into
+// kernel parameters and CPU-backend closures, never dereferenced on the host.
+unsafe impl Send for ProxyArgs {}
+unsafe impl Sync for ProxyArgs {}
+
+/// The body of CTA `blockIdx.x` of a proxy with `N` synchronised inputs (see the module
+/// docs). Every thread of the CTA runs it; one warp is enough.
+///
+/// # Safety
+/// `args.flags` holds `2·chunks + 1` device words; the syncs describe valid semaphores
+/// (or are inactive); `ctx` is a valid launch context; the grid has `chunks` CTAs.
+#[inline(always)]
+pub unsafe fn subkernel_proxy<const N: usize>(
+    args: &ProxyArgs,
+    ctx: &KernelCtx,
+    inputs: &[TileSync; N],
+    output: &TileSync,
+) {
+    let c = block_idx_x();
+    let mut ok = true;
+    for (i, sync) in inputs.iter().enumerate() {
+        if ok {
+            // SAFETY: the caller's contract.
+            ok = unsafe { wait_input(ctx, c, sync, &args.spans[i].region(sync, c)) };
+        }
+    }
+    let mut failed = !ok;
+    if linear_thread_idx() == 0 {
+        let n = args.chunks;
+        // SAFETY: c < chunks, so every index is inside the 2·chunks + 1 flag words.
+        unsafe {
+            let go = args.flags.add(c as usize);
+            let done = args.flags.add((n + c) as usize);
+            let released = args.flags.add((2 * n) as usize);
+            atomic::store(go, 1, Release, Gpu);
+            if atomic::add(released, 1, AcqRel, Gpu) + 1 == n as i32 {
+                // Every other chunk has counted itself: nobody touches the count again
+                // in this operation.
+                atomic::store(released, 0, Relaxed, Gpu);
+                let all = KernelCtx { begin_cta: 0, ..*ctx };
+                kernel_begin_cta(&all);
+            }
+            let site = WaitSite {
+                sem: done,
+                target: 1,
+                launch_id: ctx.launch_id,
+                tile: c,
+                tensor_id: args.flags_id,
+                sem_index: n + c,
+            };
+            if wait_one(ctx, &site) {
+                // The subkernel's side stream is past its wait for `go` (it wrote `done`
+                // after the subkernel): both flags are free again.
+                atomic::store(done, 0, Relaxed, Gpu);
+                atomic::store(go, 0, Relaxed, Gpu);
+            } else {
+                failed = true;
+            }
+        }
+    }
+    let region = args.spans[N].region(output, c);
+    let mut ktile = [0u32; MAX_RANK];
+    if args.spans[N].dim != WHOLE_TENSOR && (args.spans[N].dim as usize) < MAX_RANK {
+        ktile[args.spans[N].dim as usize] = args.spans[N].chunk;
+    }
+    let producer = ProducerTile {
+        ktile,
+        split: 1,
+        split_index: 0,
+    };
+    // SAFETY: the caller's contract; chunk `c`'s subkernel wrote exactly this region. Every
+    // thread gets here (the barrier inside also shares out whether thread 0 failed).
+    unsafe { signal_output(output, &region, &producer, failed) };
+}
