@@ -1,6 +1,7 @@
 //! The command line.
 
 use clap::{Args, Parser, Subcommand};
+use megaops_models::layers::GemmBackend;
 use std::path::PathBuf;
 
 /// Qwen3 and Llama-3 inference with MegaOps kernels overlapped at data-tile granularity.
@@ -97,6 +98,10 @@ pub struct Generate {
     /// Do not use a tuned plan from the tune cache (`megaops tune`).
     #[arg(long)]
     pub no_tune_cache: bool,
+    /// GEMMs of the prefill's projections: `rust` (the kernel library's), `cublaslt`
+    /// (cuBLASLt subkernels, 4 row chunks per GEMM) or `cublaslt:<chunks>`.
+    #[arg(long, default_value = "rust")]
+    pub prefill_gemm: GemmBackend,
     /// Trace the kernel tiles of the prefill and the first decode step: writes
     /// `prefill.json` / `decode.json` (Perfetto), their timeline and per-operator
     /// exposed-time charts (PNG) to this folder and prints the breakdowns.
@@ -187,6 +192,10 @@ pub struct Bench {
     /// Do not use tuned plans from the tune cache (`megaops tune`).
     #[arg(long)]
     pub no_tune_cache: bool,
+    /// GEMMs of the prefills' projections: `rust`, `cublaslt` (4 row chunks per GEMM) or
+    /// `cublaslt:<chunks>`.
+    #[arg(long, default_value = "rust")]
+    pub prefill_gemm: GemmBackend,
     /// Instead of timing the workloads: where one decode step (at the first decode
     /// workload's prompt length) and one prefill (if listed) spend their time, per
     /// operator, overlapped against serial, at every batch size (GPU only).

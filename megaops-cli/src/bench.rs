@@ -54,6 +54,7 @@ pub fn run_bench(b: Bench) -> Result<()> {
                     new_tokens: b.new_tokens,
                     prefill_reps: b.prefill_reps,
                     seed: b.seed,
+                    prefill_gemm: b.prefill_gemm,
                     ..BenchSpec::new(w, batch, m)
                 })
         })
@@ -188,8 +189,13 @@ fn breakdown_table(d: &Breakdown) -> String {
 /// A Markdown table of one model's rows.
 fn table(model: &str, rows: &[BenchRow]) -> String {
     let opt = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
+    let gemm = rows
+        .first()
+        .filter(|r| r.prefill_gemm != "rust")
+        .map(|r| format!(" (prefill GEMMs: {})", r.prefill_gemm))
+        .unwrap_or_default();
     let mut s = format!(
-        "### {model}\n\n| workload | batch | mode | step ms | p10–p90 ms | tokens/s | GB/s | MBU | prefill ms |\n|---|---|---|---|---|---|---|---|---|\n"
+        "### {model}{gemm}\n\n| workload | batch | mode | step ms | p10–p90 ms | tokens/s | GB/s | MBU | prefill ms |\n|---|---|---|---|---|---|---|---|---|\n"
     );
     for r in rows {
         s.push_str(&format!(

@@ -157,6 +157,7 @@ fn run_generate(g: Generate) -> Result<()> {
         trace: g.trace.is_some(),
         plan: Default::default(),
         prefill_plan: Default::default(),
+        prefill_gemm: g.prefill_gemm,
     };
     if g.streams == Some(0) {
         return Err(ModelError::Request("--streams must be at least 1".into()));

@@ -99,20 +99,6 @@ fn word_addr(words: &Buffer, index: u32) -> Result<u64> {
     Ok(words.addr() + 4 * index as u64)
 }
 
-/// Enqueues [`megaops_runtime_kernels::set_flag`] on `stream`: after the work before it,
-/// word `index` of `words` becomes `value` with release semantics.
-pub(crate) fn set_flag(stream: &Stream, words: &Arc<Buffer>, index: u32, value: i32) -> Result<Arc<Event>> {
-    let addr = word_addr(words, index)?;
-    let params = [param_bytes(&addr), param_bytes(&value)];
-    let cpu: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-        // SAFETY: `addr` lies in `words` (checked), kept by the launch.
-        unsafe { megaops_runtime_kernels::set_flag(addr as *mut i32, value) }
-    });
-    // SAFETY: `megaops_set_flag(flag: *mut i32, value: i32)`; the word lies in `words`,
-    // which the launch keeps.
-    unsafe { launch(stream, "megaops_set_flag", 1, 32, &params, cpu, vec![words.clone()]) }
-}
-
 /// Sets each of `spans` on `stream` with [`megaops_runtime_kernels::fill_spans`]: one
 /// launch per [`MAX_FILL_SPANS`] spans (none for an empty list).
 ///

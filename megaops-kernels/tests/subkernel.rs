@@ -215,6 +215,66 @@ fn copy_subkernels_between_megaops_kernels_on_the_cpu_backend() -> Result<()> {
     Ok(())
 }
 
+/// A consumer of a subkernel's output with more CTAs than the virtual GPU holds at once
+/// (every one spins on the chunks' rows) launched right after it: the chunks must still
+/// run. The AsyncStream holds the consumer until every chunk has started, on both
+/// subkernel clients; the protocol has each row once.
+#[test]
+fn a_consumer_that_fills_every_sm_does_not_starve_the_chunks() -> Result<()> {
+    use megaops_kernels::norm::rmsnorm;
+    let seed = fresh_seed("a_consumer_that_fills_every_sm_does_not_starve_the_chunks");
+    let dev = cpu_device(seed)?;
+    let lt = CublasLt::new(&dev)?;
+    let (m, k, n) = (300, 16, 64);
+    let x = random::<bf16>(m * k, 1.0, seed);
+    let w = random::<bf16>(n * k, 1.0, seed ^ 1);
+    let xt = Tensor::from_slice(&dev, &[m, k], &x)?;
+    let wt = Tensor::from_slice(&dev, &[n, k], &w)?;
+    let gamma = Tensor::from_slice(&dev, &[n], &vec![bf16::ONE; n])?;
+    let z = reference(&f64s(&x), &f64s(&w), None, m, n, k);
+    for copy in [false, true] {
+        let s = AsyncStream::new(&dev, 2)?;
+        let mut c = Tiled::new(&dev, &[m, n], Rows::<16>, "c")?;
+        let mut c2 = Tiled::new(&dev, &[m, n], Rows::<16>, "c2")?;
+        let mut y = Tensor::full(&dev, &[m, n], POISON)?;
+        let g = GemmChunks {
+            chunks: 5,
+            align: 16,
+            ..GemmChunks::default()
+        };
+        lt.matmul(&s, &xt, &wt, None, &mut c, &g)?;
+        let input = if copy {
+            copy_rows(&s, &c, &mut c2, &CopyChunks::default())?;
+            &c2
+        } else {
+            &c
+        };
+        // One row per CTA: 300 CTAs of 256 threads, 16 of them resident at a time.
+        rmsnorm::launch_with(
+            &s,
+            &LaunchOptions::config(0),
+            input,
+            &gamma,
+            &mut y,
+            m as u32,
+            n as u32,
+            1e-6,
+        )?;
+        s.synchronize()?;
+        let c_out = c.to_vec()?;
+        assert_close(&format!("copy {copy}: C"), &c_out, &z, TOL);
+        let want: Vec<f64> = f64s(&c_out)
+            .chunks(n)
+            .flat_map(|r| {
+                let rms = (r.iter().map(|v| v * v).sum::<f64>() / n as f64 + 1e-6).sqrt();
+                r.iter().map(move |v| v / rms).collect::<Vec<_>>()
+            })
+            .collect();
+        assert_close(&format!("copy {copy}: rmsnorm of C"), &y.to_vec()?, &want, TOL);
+    }
+    Ok(())
+}
+
 /// Bad input is an error before anything runs.
 #[test]
 fn subkernels_refuse_bad_input_with_a_clear_error() -> Result<()> {

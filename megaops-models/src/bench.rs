@@ -122,6 +122,8 @@ pub struct BenchSpec {
     pub prefill_reps: usize,
     /// Seed of the random prompts.
     pub seed: u64,
+    /// The GEMMs of the prefill's projections.
+    pub prefill_gemm: crate::layers::GemmBackend,
 }
 
 impl BenchSpec {
@@ -135,6 +137,7 @@ impl BenchSpec {
             new_tokens: None,
             prefill_reps: 3,
             seed: 0,
+            prefill_gemm: crate::layers::GemmBackend::Rust,
         }
     }
 
@@ -189,6 +192,8 @@ pub struct BenchRow {
     pub timing: String,
     /// The device.
     pub device: String,
+    /// The prefill's GEMMs ([`GemmBackend::name`](crate::layers::GemmBackend::name)).
+    pub prefill_gemm: String,
 }
 
 /// `n` deterministic pseudo-random values below `below` (xorshift).
@@ -295,6 +300,7 @@ pub fn run(
         _ => (StepPlan::default(), plan.clone()),
     };
     let mut prefill = session.prefill_inputs_with(&prompts, &prefill_plan)?;
+    prefill.set_gemm(&crate::layers::PrefillGemm::new(&device, spec.prefill_gemm)?);
 
     // One untimed prefill (module loading, first-touch), then the timed ones.
     session.prefill(&on, &mut prefill)?;
@@ -354,6 +360,7 @@ pub fn run(
         prefill_ms,
         read_gbps,
         timing: if device.is_cuda() { "cuda-events" } else { "wall" }.into(),
+        prefill_gemm: spec.prefill_gemm.name(),
         device: device.name(),
     })
 }

@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::layers::attention::{AttentionKind, KvCache, Positions};
 use crate::layers::layout::PassLayout;
+use crate::layers::prefill_gemm::{GemmBackend, PrefillGemm};
 use crate::model::{CausalLm, MAX_BATCH, Pass};
 use crate::tune::{Site, StepPlan};
 use megaops::{AsyncStream, Graph, LaunchTarget as _, Tensor, Trace};
@@ -39,6 +40,9 @@ pub struct GenerateOptions {
     /// The prefill's knob values (a plan tuned for prefill); the default runs the
     /// planners' choices.
     pub prefill_plan: StepPlan,
+    /// The GEMMs of the prefill's projections (the kernel library's `matmul`, or cuBLASLt
+    /// subkernels).
+    pub prefill_gemm: GemmBackend,
 }
 
 impl Default for GenerateOptions {
@@ -52,6 +56,7 @@ impl Default for GenerateOptions {
             trace: false,
             plan: StepPlan::default(),
             prefill_plan: StepPlan::default(),
+            prefill_gemm: GemmBackend::Rust,
         }
     }
 }
@@ -196,6 +201,11 @@ impl Prefill {
     /// The pass: [`Pass::next_ids`] and [`Pass::logits`] hold the first new token.
     pub fn pass(&self) -> &Pass {
         &self.pass
+    }
+
+    /// Sets which GEMMs the prefill's projections run ([`Pass::set_prefill_gemm`]).
+    pub fn set_gemm(&mut self, gemm: &PrefillGemm) {
+        self.pass.set_prefill_gemm(gemm);
     }
 }
 
@@ -447,6 +457,7 @@ pub fn generate(
     // Prefill.
     let t0 = Instant::now();
     let mut prefill = session.prefill_inputs_with(prompts, &opts.prefill_plan)?;
+    prefill.set_gemm(&PrefillGemm::new(&device, opts.prefill_gemm)?);
     session.prefill(on, &mut prefill)?;
     on.synchronize()?;
     if opts.trace {

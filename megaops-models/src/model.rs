@@ -14,6 +14,7 @@ use crate::layers::config_where;
 use crate::layers::decoder::{DecoderLayer, LayerActivations, norm_config, row_tile};
 use crate::layers::layout::PassLayout;
 use crate::layers::mlp::{DECODE_MAX_M, Mlp, MlpConfig};
+use crate::layers::prefill_gemm::PrefillGemm;
 use crate::tune::{Site, SiteChoice, StepPlan};
 use megaops::{Device, DynChunks, DynGrid, DynRows, LaunchOptions, LaunchTarget, Tensor, Tiled, bf16};
 use megaops_kernels::elementwise::embedding;
@@ -425,6 +426,14 @@ impl Pass {
             set.set_choices(plan);
         }
         self.lm_head_choice = plan.site(Site::LmHead);
+    }
+
+    /// Sets which GEMMs every layer's prefill projections run (the LM head and the decode
+    /// path keep theirs).
+    pub fn set_prefill_gemm(&mut self, gemm: &PrefillGemm) {
+        for set in &mut self.sets {
+            set.set_prefill_gemm(gemm);
+        }
     }
 
     /// Token rows `m`.

@@ -8,6 +8,7 @@ mod common;
 use common::reference::Reference;
 use megaops::testing::{cpu_device, fresh_seed};
 use megaops::{AsyncStream, Device};
+use megaops_models::layers::GemmBackend;
 use megaops_models::presets::{self, RandomWeights};
 use megaops_models::tune::{Release, Site, SiteChoice, StepPlan};
 use megaops_models::{CausalLm, Config, GenerateOptions, ModelError, generate};
@@ -61,7 +62,7 @@ fn check_plan_against_reference(
     on: impl Fn(&Device) -> AsyncStream,
     plan: StepPlan,
 ) {
-    check_plans_against_reference(name, prompts, new, on, StepPlan::default(), plan);
+    check_plans_against_reference(name, prompts, new, on, StepPlan::default(), plan, GemmBackend::Rust);
 }
 
 /// [`check_against_reference`] with the prefill launched under `prefill_plan` and the
@@ -73,6 +74,7 @@ fn check_plans_against_reference(
     on: impl Fn(&Device) -> AsyncStream,
     prefill_plan: StepPlan,
     plan: StepPlan,
+    prefill_gemm: GemmBackend,
 ) {
     let seed = fresh_seed(name);
     let dev = cpu_device(seed).expect("cpu device");
@@ -88,6 +90,7 @@ fn check_plans_against_reference(
         trace: false,
         plan,
         prefill_plan,
+        prefill_gemm,
     };
     let s = on(&dev);
     let out = generate(&lm, &s, &prompts, &opts, &mut |_, _| {}).expect("generate");
@@ -316,7 +319,36 @@ fn a_tuned_prefill_plan_changes_the_launches_not_the_results() {
         |d| AsyncStream::new(d, 2).expect("stream"),
         prefill,
         StepPlan::default(),
+        GemmBackend::Rust,
     );
+}
+
+/// The prefill's projections as cuBLASLt subkernels (on the CPU backend: the proxy, the
+/// side streams and the CPU implementation of the GEMM) generate what the reference does,
+/// with chunk counts that do and do not divide the rows, overlapped and serial.
+#[test]
+fn a_cublaslt_prefill_generates_what_the_reference_does() {
+    let prompts: Vec<Vec<u32>> = vec![
+        (0..70).map(|i| (i * 37 + 5) % 331).collect(),
+        (0..70).map(|i| (i * 11 + 300) % 331).collect(),
+    ];
+    for (chunks, streams) in [(1, 2), (3, 2), (2, 1)] {
+        check_plans_against_reference(
+            "tiny-llama",
+            prompts.clone(),
+            2,
+            |d| {
+                if streams == 1 {
+                    AsyncStream::serial(d).expect("stream")
+                } else {
+                    AsyncStream::new(d, streams).expect("stream")
+                }
+            },
+            StepPlan::default(),
+            StepPlan::default(),
+            GemmBackend::CublasLt { chunks },
+        );
+    }
 }
 
 #[test]
@@ -340,6 +372,7 @@ fn overlapped_serial_graph_and_eager_generations_agree() {
             trace: false,
             plan: Default::default(),
             prefill_plan: Default::default(),
+            prefill_gemm: GemmBackend::Rust,
         };
         generate(&lm, &s, &prompts, &opts, &mut |_, _| {}).expect("generate")
     };

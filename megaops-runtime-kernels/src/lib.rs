@@ -5,7 +5,6 @@
 
 pub mod proxy;
 
-use megaops_device::atomic::{self, Gpu, Release};
 use megaops_device::sync::{KernelCtx, WaitSite, wait_one};
 use megaops_device::thread::{block_dim_x, block_idx_x, grid_dim_x, thread_idx_x};
 
@@ -117,19 +116,6 @@ pub unsafe fn fill_spans(spans: &FillSpans) {
     }
 }
 
-/// Sets the flag at `flag` to `value` (`st.release.gpu`, thread 0): after the work before
-/// it on its stream, for a waiter that reads it with `ld.acquire.gpu`. Ends a chunk of a
-/// copy-engine subkernel (whose wrappers are kernels, not stream memory operations).
-///
-/// # Safety
-/// `flag` is a valid device `i32`.
-pub unsafe fn set_flag(flag: *mut i32, value: i32) {
-    if thread_idx_x() == 0 {
-        // SAFETY: caller's contract.
-        unsafe { atomic::store(flag, value, Release, Gpu) };
-    }
-}
-
 /// PTX entries.
 #[cfg(target_arch = "nvptx64")]
 mod entries {
@@ -147,12 +133,6 @@ mod entries {
     ) {
         // SAFETY: the runtime passes a valid word and context.
         unsafe { wait_word(word, target, tensor_id, sem_index, ctx) }
-    }
-
-    #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn megaops_set_flag(flag: *mut i32, value: i32) {
-        // SAFETY: the runtime passes a valid flag.
-        unsafe { set_flag(flag, value) }
     }
 
     #[unsafe(no_mangle)]

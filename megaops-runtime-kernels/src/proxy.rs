@@ -2,21 +2,24 @@
 //! per chunk runs the data-tile protocol on the chunk's behalf, because the chunk's own
 //! kernel (a cuBLASLt GEMM, a copy-engine transfer) has no source to put it in.
 //!
-//! CTA `c` of the proxy:
+//! Each chunk has three flags: *go* (the proxy lets the chunk start), *started* (written
+//! on the chunk's side stream right before the chunk) and *done* (written after it). CTA
+//! `c` of the proxy:
 //! 1. waits for the data tiles chunk `c` reads of every input (`wait_input`);
-//! 2. sets the chunk's *go* flag to 1 (`st.release.gpu`): the stream operation or wait
-//!    kernel that holds the chunk's subkernel back on its side stream lets it start;
-//! 3. counts the released chunks; the CTA that releases the last one raises the
-//!    AsyncStream begin flag, so the next launch starts only once every subkernel has been
-//!    let go (they reach the GPU's queues before its CTAs do);
-//! 4. waits for the chunk's *done* flag (written after the subkernel on its side stream),
-//!    with the protocol's timeout;
-//! 5. resets both flags to 0 (the same flags serve every replay of a graph), then signals
-//!    the data tiles chunk `c` wrote of the output (`signal_output`).
+//! 2. sets *go* (`st.release.gpu`): the wrapper holding the chunk on its side stream lets
+//!    it start;
+//! 3. waits for *started*, then counts the started chunks; the CTA that counts the last
+//!    one raises the AsyncStream begin flag. So the next launch starts only once every
+//!    chunk has reached its GPU queue (deadlock freedom: a consumer's CTAs cannot take the
+//!    SMs a chunk still needs before the chunk is there; the side streams have the
+//!    greatest priority);
+//! 4. waits for *done*, resets the three flags to 0 (the same flags serve every replay of
+//!    a graph), then signals the data tiles chunk `c` wrote of the output
+//!    (`signal_output`).
 //!
-//! A failed input wait still releases the chunk (its side stream must not block for
-//! ever: stream operations have no timeout) but signals nothing; the error log names the
-//! wait that failed.
+//! Every wait has the protocol's timeout. A failed input wait still releases the chunk (its
+//! side stream must not block for ever: stream operations have no timeout) but signals
+//! nothing; the error log names the wait that failed.
 
 use megaops_device::atomic::{self, AcqRel, Gpu, Relaxed, Release};
 use megaops_device::sync::{
@@ -70,8 +73,8 @@ impl ChunkSpan {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ProxyArgs {
-    /// `2·chunks + 1` words: the go flags, the done flags, the count of released chunks.
-    /// All zero between operations.
+    /// `3·chunks + 1` words: the go flags, the started flags, the done flags, the count of
+    /// started chunks. All zero between operations.
     pub flags: *mut i32,
     /// Number of chunks (= CTAs of the proxy).
     pub chunks: u32,
@@ -90,7 +93,7 @@ unsafe impl Sync for ProxyArgs {}
 /// docs). Every thread of the CTA runs it; one warp is enough.
 ///
 /// # Safety
-/// `args.flags` holds `2·chunks + 1` device words; the syncs describe valid semaphores
+/// `args.flags` holds `3·chunks + 1` device words; the syncs describe valid semaphores
 /// (or are inactive); `ctx` is a valid launch context; the grid has `chunks` CTAs.
 #[inline(always)]
 pub unsafe fn subkernel_proxy<const N: usize>(
@@ -110,32 +113,37 @@ pub unsafe fn subkernel_proxy<const N: usize>(
     let mut failed = !ok;
     if linear_thread_idx() == 0 {
         let n = args.chunks;
-        // SAFETY: c < chunks, so every index is inside the 2·chunks + 1 flag words.
+        let flag = |i: u32| WaitSite {
+            // SAFETY (of the `add`): i < 3·chunks + 1, inside the flag words.
+            sem: unsafe { args.flags.add(i as usize) },
+            target: 1,
+            launch_id: ctx.launch_id,
+            tile: c,
+            tensor_id: args.flags_id,
+            sem_index: i,
+        };
+        let (go, started, done) = (flag(c), flag(n + c), flag(2 * n + c));
+        // SAFETY: c < chunks, so every index is inside the 3·chunks + 1 flag words.
         unsafe {
-            let go = args.flags.add(c as usize);
-            let done = args.flags.add((n + c) as usize);
-            let released = args.flags.add((2 * n) as usize);
-            atomic::store(go, 1, Release, Gpu);
-            if atomic::add(released, 1, AcqRel, Gpu) + 1 == n as i32 {
-                // Every other chunk has counted itself: nobody touches the count again
-                // in this operation.
-                atomic::store(released, 0, Relaxed, Gpu);
-                let all = KernelCtx { begin_cta: 0, ..*ctx };
-                kernel_begin_cta(&all);
+            let count = args.flags.add((3 * n) as usize);
+            atomic::store(go.sem as *mut i32, 1, Release, Gpu);
+            if wait_one(ctx, &started) {
+                if atomic::add(count, 1, AcqRel, Gpu) + 1 == n as i32 {
+                    // Every other chunk has counted itself: nobody touches the count again
+                    // in this operation.
+                    atomic::store(count, 0, Relaxed, Gpu);
+                    let all = KernelCtx { begin_cta: 0, ..*ctx };
+                    kernel_begin_cta(&all);
+                }
+            } else {
+                failed = true;
             }
-            let site = WaitSite {
-                sem: done,
-                target: 1,
-                launch_id: ctx.launch_id,
-                tile: c,
-                tensor_id: args.flags_id,
-                sem_index: n + c,
-            };
-            if wait_one(ctx, &site) {
-                // The subkernel's side stream is past its wait for `go` (it wrote `done`
-                // after the subkernel): both flags are free again.
-                atomic::store(done, 0, Relaxed, Gpu);
-                atomic::store(go, 0, Relaxed, Gpu);
+            if wait_one(ctx, &done) {
+                // The chunk's side stream is past its wait for `go` and its write of
+                // `started` (it wrote `done` after them): the flags are free again.
+                for f in [&done, &started, &go] {
+                    atomic::store(f.sem as *mut i32, 0, Relaxed, Gpu);
+                }
             } else {
                 failed = true;
             }

@@ -1,15 +1,14 @@
 //! Copy-engine transfers as subkernels: a copy of rows (dimension 0) of a row-major
-//! tensor, chunk by chunk, one `cuMemcpyAsync` per chunk, wrapped by the runtime's wait
-//! kernel and `megaops_set_flag` (kernels around copy-engine work, so that the wrappers
-//! do not queue behind the other side stream's copy). On the CPU backend each chunk is a
-//! host `memcpy` in stream order.
+//! tensor, chunk by chunk, one `cuMemcpyAsync` per chunk, held back by the runtime's wait
+//! kernel (a kernel before copy-engine work, so that the wait does not queue behind the
+//! other side stream's copy). On the CPU backend each chunk is a host `memcpy` in stream
+//! order.
 
 use super::cublaslt::Shaped;
 use super::{Chunk, ChunkOp, Chunking, SubkernelLaunch, Wrappers};
-use crate::async_stream::AsyncStream;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::launch::{AsInput, AsOutput, LaunchOptions, LaunchTarget as _};
+use crate::launch::{AsInput, AsOutput, LaunchOptions, LaunchTarget};
 use crate::stream::Stream;
 use crate::tiling::Rank;
 use std::sync::Arc;
@@ -40,7 +39,7 @@ impl Default for CopyChunks {
 /// `src` (when it is a produced `Tiled` tensor), copies them, and signals its rows of `dst`
 /// (when it is a `Tiled` tensor).
 pub fn copy_rows<T: DType, R: Rank>(
-    target: &AsyncStream,
+    target: &impl LaunchTarget,
     src: &(impl AsInput<T, R> + Shaped + ?Sized),
     dst: &mut (impl AsOutput<T, R> + Shaped + ?Sized),
     chunks: &CopyChunks,

@@ -18,10 +18,9 @@
 //! On the CPU backend the same calls run a host GEMM with the same rounding.
 
 use super::{Chunk, ChunkOp, Chunking, SubkernelLaunch, Wrappers};
-use crate::async_stream::AsyncStream;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::launch::{AsInput, AsOutput, LaunchOptions, LaunchTarget as _};
+use crate::launch::{AsInput, AsOutput, LaunchOptions, LaunchTarget};
 use crate::mutex::lock;
 use crate::stream::Stream;
 use crate::tensor::Tensor;
@@ -55,11 +54,11 @@ impl<T: crate::dtype::DType, D: DataTiling> Shaped for Tiled<T, D> {
 
 /// A bf16 matrix a GEMM subkernel reads: a `Tensor<bf16>` or a rank-2 `Tiled<bf16, D>`.
 pub trait Operand: AsInput<bf16, R2> + Shaped {}
-impl<X: AsInput<bf16, R2> + Shaped> Operand for X {}
+impl<X: AsInput<bf16, R2> + Shaped + ?Sized> Operand for X {}
 
 /// A bf16 matrix a GEMM subkernel writes.
 pub trait Destination: AsOutput<bf16, R2> + Shaped {}
-impl<X: AsOutput<bf16, R2> + Shaped> Destination for X {}
+impl<X: AsOutput<bf16, R2> + Shaped + ?Sized> Destination for X {}
 
 /// Which dimension of `C` the chunks cut.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +81,13 @@ pub struct GemmChunks {
     pub align: usize,
     /// Options of the proxy launch (wait timeout).
     pub launch: LaunchOptions,
+}
+
+impl GemmChunks {
+    /// Checks the chunk count (1 to [`super::MAX_CHUNKS`]) and the alignment (≥ 1).
+    pub fn check(&self) -> Result<()> {
+        Chunking::new(1, self.chunks, self.align).map(|_| ())
+    }
 }
 
 impl Default for GemmChunks {
@@ -201,17 +207,18 @@ impl CublasLt {
         &self.inner.device
     }
 
-    /// `C = A·Wᵀ (+ R)` as a subkernel on `target`, chunked by `chunks`. `A` and `R` may be
+    /// `C = A·Wᵀ (+ R)` as a subkernel on `target` (an AsyncStream: the chunks run on its
+    /// side streams), chunked by `chunks`. `A` and `R` may be
     /// produced `Tiled` tensors (each chunk waits for the rows it reads), `C` may be a
     /// `Tiled` tensor (each chunk signals its data tiles). Shapes: `A[m, k]`, `W[n, k]`,
     /// `C[m, n]`, `R[m, n]`; `k` and `n` multiples of 8.
     pub fn matmul(
         &self,
-        target: &AsyncStream,
-        a: &dyn Operand,
+        target: &impl LaunchTarget,
+        a: &(impl Operand + ?Sized),
         w: &Tensor<bf16>,
         residual: Option<&dyn Operand>,
-        c: &mut dyn Destination,
+        c: &mut (impl Destination + ?Sized),
         chunks: &GemmChunks,
     ) -> Result<()> {
         let (m, n, k) = gemm_shape(a.dims(), w.shape(), c.dims(), residual.map(|r| r.dims()))?;

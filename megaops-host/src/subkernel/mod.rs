@@ -5,24 +5,30 @@
 //! along one dimension and runs it as one *subkernel* per chunk:
 //! - the chunks run on the AsyncStream's two side streams (greatest priority), round-robin,
 //!   so that no kernel barrier separates them;
-//! - each chunk is wrapped by a wait for its *go* flag and a write of its *done* flag, in
-//!   the backend that complements the chunk's ([`Wrappers`]): stream memory operations
-//!   around ordinary kernels, tiny kernels around copy-engine work;
+//! - each chunk is held back until its *go* flag is set, in the backend that complements
+//!   the chunk's ([`Wrappers`]): a stream memory operation before an ordinary kernel, a
+//!   tiny kernel before copy-engine work; its *started* and *done* flags are written by
+//!   stream memory operations around it (they need no SM);
 //! - a *proxy* kernel (`megaops_subkernel_proxy_N`, one CTA per chunk) is the launch the
 //!   AsyncStream sees: CTA `c` waits for the data tiles chunk `c` reads, sets its go flag,
-//!   waits for its done flag and signals the data tiles chunk `c` wrote.
+//!   waits for its started and done flags and signals the data tiles chunk `c` wrote.
 //!
 //! So a subkernel takes `Tiled` inputs and produces `Tiled` outputs like any MegaOps kernel:
 //! its kernel tiling is the chunking (one kernel tile per chunk), from which consumers'
 //! targets are derived; ordering, hazards, delayed release (the proxy's buffers include
-//! every operand), profiling and graph capture are the AsyncStream's. The next launch
-//! waits (AsyncStream's deadlock-freedom rule) until every chunk has been let go, so the
-//! chunks reach the GPU's queues, on streams of greater priority, before its CTAs do.
+//! every operand), profiling and graph capture are the AsyncStream's.
 //!
-//! On the CPU backend the same proxy, flags and side streams run; the wrappers are the
-//! runtime's kernels (the virtual GPU has no stream memory operations) and each chunk is
-//! the operation's CPU implementation ([`ChunkOp::run_on_host`]), a host operation in
-//! stream order. CI tests the protocol this way.
+//! **Deadlock freedom.** The next launch waits (AsyncStream's rule) until every chunk has
+//! *started*, i.e. reached its GPU queue, on a stream of greater priority than the
+//! AsyncStream's, before the next launch's CTAs can take SMs it needs. With two side
+//! streams, chunk `c + 2` starts after chunk `c` is done, so a consumer of the output
+//! starts once all but the last two chunks are done, and overlaps those.
+//!
+//! On the CPU backend the same proxy, flags and side streams run; the wait is the runtime's
+//! wait kernel, the flag writes are host writes in stream order (the virtual GPU has no
+//! stream memory operations) and each chunk is the operation's CPU implementation
+//! ([`ChunkOp::run_on_host`]), a host operation in stream order. CI tests the protocol
+//! this way.
 //!
 //! Clients: [`cublaslt`] (GEMMs) and [`copy`] (copy-engine transfers).
 
@@ -30,11 +36,10 @@ pub mod copy;
 pub mod cublaslt;
 mod side;
 
-use crate::async_stream::AsyncStream;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::launch::{AsInput, AsOutput, KernelLaunch, LaunchOptions, TileDim};
+use crate::launch::{AsInput, AsOutput, KernelLaunch, LaunchOptions, LaunchTarget, TileDim};
 use crate::notes::{HostDim, TensorNote};
 use crate::param::param_bytes;
 use crate::runtime::RUNTIME_PTX;
@@ -50,16 +55,16 @@ pub(crate) use side::SideWork;
 /// The most chunks one subkernel launch splits into.
 pub const MAX_CHUNKS: usize = 64;
 
-/// How a subkernel's chunks are held back and reported done on their side streams. The
-/// wrappers must not use the chunk's own hardware path, or a wrapper queues behind the
-/// other side stream's chunk (paper Appendix B).
+/// How a subkernel's chunks are held back on their side streams until their go flag is
+/// set. The wait must not use the chunk's own hardware path, or it queues behind the
+/// other side stream's chunk (paper Appendix B). (The started and done flags are always
+/// written by stream memory operations.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wrappers {
-    /// `cuStreamWaitValue32` / `cuStreamWriteValue32` around each chunk: for chunks that
-    /// are ordinary kernels (cuBLASLt).
+    /// `cuStreamWaitValue32`: for chunks that are ordinary kernels (cuBLASLt).
     StreamMemOps,
-    /// The runtime's wait kernel and `megaops_set_flag` around each chunk: for copy-engine
-    /// chunks.
+    /// The runtime's wait kernel (`megaops_wait_word`, with the protocol's timeout): for
+    /// copy-engine chunks.
     Kernels,
 }
 
@@ -284,15 +289,16 @@ impl<'a> SubkernelLaunch<'a> {
         Ok(addr)
     }
 
-    /// Runs the operation on `target`: the proxy as the AsyncStream's launch, `op`'s chunks
-    /// on its side streams. The output is produced (consumers launched afterwards wait for
+    /// Runs the operation on `target`, an AsyncStream (a plain `Stream` has no side
+    /// streams and refuses): the proxy as the AsyncStream's launch, `op`'s chunks on its
+    /// side streams. The output is produced (consumers launched afterwards wait for
     /// its chunks) once this returns.
-    pub fn submit(mut self, target: &AsyncStream, op: Arc<dyn ChunkOp>) -> Result<()> {
+    pub fn submit(mut self, target: &impl LaunchTarget, op: Arc<dyn ChunkOp>) -> Result<()> {
         if !self.output {
             return Err(Error::launch(self.name, "a subkernel needs an output bound"));
         }
         let n = self.chunking.chunks.len();
-        let flags = Tensor::<i32>::empty(&self.device, &[2 * n + 1])?;
+        let flags = Tensor::<i32>::empty(&self.device, &[3 * n + 1])?;
         let flags_id = self.device.next_tensor_id();
         let mut spans = [ChunkSpan::WHOLE; PROXY_MAX_TENSORS];
         spans[..self.spans.len()].copy_from_slice(&self.spans);
@@ -305,9 +311,15 @@ impl<'a> SubkernelLaunch<'a> {
         let entry = PROXY_ENTRIES[self.inputs];
         self.launch.replace_args(entry, vec![param_bytes(&args)]);
         let note = TensorNote {
-            name: format!("`{}` chunk flags (go 0..{n}, done {n}..{})", self.name, 2 * n),
+            name: format!(
+                "`{}` chunk flags (go 0..{n}, started {n}..{}, done {}..{})",
+                self.name,
+                2 * n,
+                2 * n,
+                3 * n
+            ),
             dims: vec![HostDim {
-                size: (2 * n + 1) as u32,
+                size: (3 * n + 1) as u32,
                 tile: 1,
                 bounds: Vec::new(),
             }],
@@ -331,7 +343,7 @@ impl<'a> SubkernelLaunch<'a> {
         let syncs = self.syncs;
         self.launch.submit(target, move |ctx| {
             // SAFETY: the CPU body of the proxy, the function its PTX entry runs: the flags
-            // (kept by the launch) hold 2·n + 1 words, the syncs are the bound tensors'.
+            // (kept by the launch) hold 3·n + 1 words, the syncs are the bound tensors'.
             unsafe { run_proxy(&args, ctx, &syncs) }
         })
     }

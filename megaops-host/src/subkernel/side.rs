@@ -27,7 +27,7 @@ pub(super) struct ChunkedWork {
     name: &'static str,
     op: Arc<dyn ChunkOp>,
     chunks: Vec<Chunk>,
-    /// Go flags, done flags, the released count (`2·chunks + 1` words).
+    /// Go, started and done flags, the started count (`3·chunks + 1` words).
     flags: Arc<Buffer>,
     flags_id: u32,
     note: TensorNote,
@@ -93,27 +93,30 @@ impl ChunkedWork {
 
 impl SideWork for ChunkedWork {
     fn prepare(&self, lane: &Stream) -> Result<()> {
-        lane.fill_words(&self.flags, 0, 2 * self.chunks.len() + 1, 0)
+        lane.fill_words(&self.flags, 0, 3 * self.chunks.len() + 1, 0)
     }
 
     fn enqueue(&self, side: &[Stream; 2]) -> Result<()> {
         let n = self.chunks.len();
-        // The CPU backend has no stream memory operations: kernels wrap its chunks.
-        let memops = self.device.is_cuda() && self.wrappers == Wrappers::StreamMemOps;
+        let cuda = self.device.is_cuda();
         for c in &self.chunks {
             let lane = c.index % 2;
             let s = &side[lane];
-            let go = self.flags.addr() + 4 * c.index as u64;
-            let done = (n + c.index) as u32;
-            if memops {
+            let (started, done) = (n + c.index, 2 * n + c.index);
+            if cuda && self.wrappers == Wrappers::StreamMemOps {
                 // SAFETY: the flags are plain device memory (the device allocator's
                 // `cuMemAlloc`), kept by the proxy launch, whose CTA `c` sets `go` in every
                 // case (also when its own wait fails).
-                unsafe { s.wait_value(go, 1)? };
+                unsafe { s.wait_value(self.flags.addr() + 4 * c.index as u64, 1)? };
             } else {
+                // The CPU backend has no stream memory operations: a kernel waits there.
                 self.wait_kernel(s, lane, c)?;
             }
-            if self.device.is_cuda() {
+            // `started` and `done` need no SM (a stream memory operation; a host write on
+            // the CPU backend): once the proxy has seen every `started`, nothing of this
+            // subkernel still waits for an SM but the chunks already queued.
+            self.write(s, started, 1)?;
+            if cuda {
                 // SAFETY: the proxy launch keeps every operand the op captured, and waits
                 // for this chunk's done flag before it completes.
                 unsafe { self.op.enqueue(*c, lane, s)? };
@@ -122,13 +125,21 @@ impl SideWork for ChunkedWork {
                 // SAFETY: as above; CPU-backend operands are host memory.
                 s.host_op(Arc::new(move || unsafe { op.run_on_host(chunk) }))?;
             }
-            if memops {
-                // SAFETY: as for `go`.
-                unsafe { s.write_value(self.flags.addr() + 4 * done as u64, 1)? };
-            } else {
-                runtime::set_flag(s, &self.flags, done, 1)?;
-            }
+            self.write(s, done, 1)?;
         }
         Ok(())
+    }
+}
+
+impl ChunkedWork {
+    /// Enqueues setting flag word `index` to `value` on `s` after the work before it.
+    fn write(&self, s: &Stream, index: usize, value: i32) -> Result<()> {
+        if self.device.is_cuda() {
+            // SAFETY: the flags are plain device memory kept by the proxy launch (see
+            // `enqueue`); `index` < 3·chunks + 1.
+            unsafe { s.write_value(self.flags.addr() + 4 * index as u64, value) }
+        } else {
+            s.fill_words(&self.flags, index, 1, value)
+        }
     }
 }

@@ -11,14 +11,15 @@
 
 use super::layout::PassLayout;
 use super::mlp::{DECODE_MAX_M, PREFILL_ROW_TILE, gemm_config};
+use super::prefill_gemm::PrefillGemm;
 use crate::config::{Architecture, Config};
 use crate::error::{ModelError, Result};
 use crate::tune::SiteChoice;
 use megaops::launch::AsInput;
+use megaops::subkernel::cublaslt::Shaped;
 use megaops::{Device, DynGrid, DynRows, LaunchOptions, LaunchTarget, R2, ReleaseNext, Tensor, Tiled, bf16};
 use megaops_kernels::attention::decode::{self, DecodeWorkspace, decode_attention};
 use megaops_kernels::attention::prefill::{self, prefill_attention};
-use megaops_kernels::gemm::matmul;
 use megaops_kernels::gemv::plan::{self, Placement, SplitWorkspace};
 use megaops_kernels::rope::{self, qk_norm_rope};
 
@@ -205,7 +206,7 @@ impl Attention {
     pub fn forward(
         &self,
         on: &impl LaunchTarget,
-        xn: &(impl AsInput<bf16, R2> + ?Sized),
+        xn: &(impl AsInput<bf16, R2> + Shaped + ?Sized),
         cache: &mut KvCache,
         pos: &Positions<'_>,
         acts: &mut AttentionActivations,
@@ -244,15 +245,13 @@ impl Attention {
             let c = choice
                 .config
                 .unwrap_or_else(|| gemm_config(acts.m, d.qkv_dim(), sms, wide_gemm(acts.m, d.qkv_dim(), sms)));
-            matmul::launch_with(
+            acts.gemm.linear(
                 on,
                 &choice.apply(acts.opts(c)),
                 xn,
                 &self.w_qkv,
                 &mut acts.qkv,
-                m,
-                qd + 2 * kvd,
-                h,
+                (m, qd + 2 * kvd, h),
             )?;
         }
         // QK-norm, RoPE and the cache write.
@@ -361,15 +360,13 @@ impl Attention {
             let c = choice
                 .config
                 .unwrap_or_else(|| gemm_config(acts.m, d.hidden, sms, wide_gemm(acts.m, d.hidden, sms)));
-            matmul::launch_with(
+            acts.gemm.linear(
                 on,
                 &choice.apply(acts.opts(c)),
                 &acts.o,
                 &self.w_o,
                 &mut acts.out,
-                m,
-                h,
-                qd,
+                (m, h, qd),
             )?;
         }
         Ok(())
@@ -431,6 +428,8 @@ pub struct AttentionActivations {
     release: ReleaseNext,
     /// The tuner's choices `[qkv, rope, attention, o]` (unset: the planners').
     choices: [SiteChoice; 4],
+    /// The prefill path's GEMMs (qkv and o).
+    gemm: PrefillGemm,
 }
 
 impl AttentionActivations {
@@ -505,6 +504,7 @@ impl AttentionActivations {
                 ReleaseNext::LastCta
             },
             choices: [SiteChoice::default(); 4],
+            gemm: PrefillGemm::default(),
         })
     }
 
@@ -533,10 +533,17 @@ impl AttentionActivations {
         self.release = release;
     }
 
+    /// Sets which GEMMs the prefill path's qkv and o projections run (the decode path
+    /// ignores it).
+    pub fn set_prefill_gemm(&mut self, gemm: PrefillGemm) {
+        self.gemm = gemm;
+    }
+
     /// Sets the tuner's choices `[qkv, rope, attention, o]`: the two projections' config
     /// (a GEMV config and split on the decode path, a `matmul` config on the prefill
     /// path), occupancy limit and release point of all four (decode attention's split-KV
-    /// count is the workspace's, set when the activations are built).
+    /// count is the workspace's, set when the activations are built). On cuBLASLt
+    /// ([`PrefillGemm::CublasLt`]) the prefill projections' configs do not apply.
     pub fn set_choices(&mut self, choices: [SiteChoice; 4]) {
         self.choices = choices;
     }

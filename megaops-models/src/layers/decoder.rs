@@ -13,6 +13,7 @@
 use super::attention::{Attention, AttentionActivations, AttentionDims, AttentionKind, KvCache, Positions};
 use super::layout::PassLayout;
 use super::mlp::{DECODE_MAX_M, Mlp, MlpActivations, MlpConfig, PREFILL_ROW_TILE};
+use super::prefill_gemm::PrefillGemm;
 use crate::error::Result;
 use crate::tune::{Site, SiteChoice, StepPlan};
 use megaops::{Device, DynRows, LaunchOptions, LaunchTarget, Tensor, Tiled, bf16};
@@ -175,6 +176,12 @@ impl LayerActivations {
             plan.site(Site::OProj),
         ]);
         self.mlp.set_choices([plan.site(Site::GateUp), plan.site(Site::Down)]);
+    }
+
+    /// Sets which GEMMs the layer's prefill projections run.
+    pub fn set_prefill_gemm(&mut self, gemm: &PrefillGemm) {
+        self.attn.set_prefill_gemm(gemm.clone());
+        self.mlp.set_prefill_gemm(gemm.clone());
     }
 
     /// The MLP output `[m, h]`.

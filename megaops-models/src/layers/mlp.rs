@@ -35,6 +35,7 @@
 //! before producing them, so it can be called again and again, and captured into a graph
 //! (`AsyncStream::capture`) that is replayed with new inputs written into `x`.
 
+use super::prefill_gemm::PrefillGemm;
 use crate::tune::SiteChoice;
 use megaops::launch::AsInput;
 use megaops::{
@@ -405,15 +406,13 @@ impl Mlp {
                 if stage == 1 {
                     gu.rearm();
                     let choice = acts.choices[0];
-                    matmul::launch_with(
+                    acts.gemm.linear(
                         on,
                         &choice.apply(opts(choice.config.unwrap_or(acts.gemm_configs[0]))),
                         &acts.xn,
                         &self.w_gate_up,
                         gu,
-                        m,
-                        2 * inter,
-                        h,
+                        (m, 2 * inter, h),
                     )?;
                 } else {
                     acts.act.rearm();
@@ -425,15 +424,13 @@ impl Mlp {
             (MlpPath::Prefill, 3) => {
                 acts.out.rearm();
                 let choice = acts.choices[1];
-                matmul::launch_with(
+                acts.gemm.linear(
                     on,
                     &choice.apply(opts(choice.config.unwrap_or(acts.gemm_configs[1]))),
                     &acts.act,
                     &self.w_down,
                     &mut acts.out,
-                    m,
-                    h,
-                    inter,
+                    (m, h, inter),
                 )?;
             }
             (path, _) => {
@@ -515,6 +512,8 @@ pub struct MlpActivations {
     release: ReleaseNext,
     /// The tuner's choices `[gate/up, down]` (unset: the planner's).
     choices: [SiteChoice; 2],
+    /// The prefill path's GEMMs (gate/up and down).
+    gemm: PrefillGemm,
 }
 
 impl MlpActivations {
@@ -567,6 +566,7 @@ impl MlpActivations {
                 gemm_configs: [0, 0],
                 release: ReleaseNext::FirstCta,
                 choices: [SiteChoice::default(); 2],
+                gemm: PrefillGemm::default(),
             },
             MlpPath::Prefill => MlpActivations {
                 config,
@@ -586,8 +586,15 @@ impl MlpActivations {
                 gemm_configs: mlp_gemm_configs(m, h, inter, sms),
                 release: ReleaseNext::LastCta,
                 choices: [SiteChoice::default(); 2],
+                gemm: PrefillGemm::default(),
             },
         })
+    }
+
+    /// Sets which GEMMs the prefill path's gate/up and down projections run (the decode
+    /// path ignores it).
+    pub fn set_prefill_gemm(&mut self, gemm: PrefillGemm) {
+        self.gemm = gemm;
     }
 
     /// Rows `m` of the pass.

@@ -4,11 +4,13 @@ pub mod attention;
 pub mod decoder;
 pub mod layout;
 pub mod mlp;
+pub mod prefill_gemm;
 
 pub use attention::{Attention, AttentionActivations, AttentionDims, AttentionKind, KvCache, Positions};
 pub use decoder::{DecoderLayer, LayerActivations};
 pub use layout::{DecodeTiles, PassLayout};
 pub use mlp::{Mlp, MlpActivations, MlpConfig, MlpPath};
+pub use prefill_gemm::{GemmBackend, PrefillGemm};
 
 /// The index of the first tile config of `kernel` whose constants (an entry of its
 /// launcher's `CONSTS`) `pick` accepts, so that the engine chooses configs by their
