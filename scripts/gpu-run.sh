@@ -25,6 +25,13 @@
 #   default 1); with TUNED_HF_ARGS, hf_compare.py $TUNED_HF_ARGS --tune-budget-s
 #   ${TUNED_HF_BUDGET_S:-10} (transformers against tuned plans; TUNED_HF_TIMEOUT).
 #   Everything under $OUT is also packed as $OUT/tune-out.tgz.
+#   subkernel: TESTS' GPU tests (default subkernel), the `subkernel` suite
+#   (SUBKERNEL_TIMEOUT), `megaops bench --workloads prefill` of SUBKERNEL_PRESETS (default
+#   qwen3-0.6b llama-3.2-1b) at SUBKERNEL_BATCHES (default 1) overlapped and serial for
+#   each of PREFILL_GEMMS (default "rust cublaslt:4") into $OUT/prefill-<gemm>.jsonl, and
+#   with SUBKERNEL_HF_ARGS, hf_compare.py $SUBKERNEL_HF_ARGS with every generate on
+#   --prefill-gemm=$SUBKERNEL_HF_GEMM (default cublaslt:4); everything packed as
+#   $OUT/subkernel-out.tgz.
 #   compare: TESTS' GPU tests, then the benchmark suites (arguments, default overlap:50
 #   mlp:25 gemv:40 gemm:40) for each binary of COMPARE_BINS (default "megaops-bench-before
 #   megaops-bench"), binaries interleaved per suite, COMPARE_ROUNDS rounds (default 2),
@@ -36,7 +43,28 @@ cd "$(dirname "$0")"
 what=${1:-all}; shift || true
 suites=("$@")
 if [ ${#suites[@]} -eq 0 ]; then
-  if [ "$what" = compare ]; then suites=(overlap:50 mlp:25 gemv:40 gemm:40)
+  if [ "$what" = subkernel ]; then
+  TESTS=${TESTS-subkernel} named_gpu_tests "$OUT/subkernel-tests"
+  timeout -k 5 "${SUBKERNEL_TIMEOUT:-200}" ./megaops-bench --out "$OUT/bench" subkernel > "$OUT/subkernel-bench.log" 2>&1
+  echo "subkernel suite: rc=$? at +$(( $(date +%s) - t0 ))s" >> "$summary"
+  for g in ${PREFILL_GEMMS:-rust cublaslt:4}; do
+    f="$OUT/prefill-${g/:/-}"
+    timeout -k 5 "${PREFILL_TIMEOUT:-150}" ./megaops bench --presets "$(echo ${SUBKERNEL_PRESETS:-qwen3-0.6b llama-3.2-1b} | tr ' ' ,)" \
+      --workloads prefill --modes overlapped,serial --batches "${SUBKERNEL_BATCHES:-1}" --prefill-gemm "$g" --no-tune-cache \
+      --json "$f.jsonl" > "$f.md" 2> "$f.err"
+    echo "prefill bench $g: rc=$? $(python3 -c 'import json,sys; print(" ".join("%s:b%d:%s=%.3fms" % (r["model"], r["batch"], r["mode"], r["prefill_ms"]) for r in map(json.loads, open(sys.argv[1]))))' "$f.jsonl" 2>&1 | tail -1)" >> "$summary"
+  done
+  if [ -n "${SUBKERNEL_HF_ARGS:-}" ]; then
+    PYTHONUNBUFFERED=1 timeout -k 5 "${SUBKERNEL_HF_TIMEOUT:-240}" python3 hf_compare.py --megaops ./megaops \
+      --out "$OUT/hf-subkernel" --controls none --generate-arg="--prefill-gemm=${SUBKERNEL_HF_GEMM:-cublaslt:4}" \
+      $SUBKERNEL_HF_ARGS > "$OUT/hf-subkernel.log" 2>&1
+    echo "hf_compare (prefill GEMMs ${SUBKERNEL_HF_GEMM:-cublaslt:4}): rc=$? at +$(( $(date +%s) - t0 ))s" >> "$summary"
+    grep -a -E "PASS|FAIL|OVERALL" "$OUT/hf-subkernel.log" | tail -30 >> "$summary"
+  fi
+  cat "$OUT/bench/results.md" >> "$summary" 2>/dev/null
+  tar czf "$OUT/../subkernel-out.tgz" -C "$OUT" . && mv "$OUT/../subkernel-out.tgz" "$OUT/"
+fi
+if [ "$what" = compare ]; then suites=(overlap:50 mlp:25 gemv:40 gemm:40)
   else suites=(overlap:50 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30); fi
 fi
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
@@ -227,6 +255,27 @@ if [ "$what" = tune ]; then
     grep -a -E "PASS|FAIL|OVERALL|tuned plan" "$OUT/hf-tuned.log" | tail -30 >> "$summary"
   fi
   tar czf "$OUT/../tune-out.tgz" -C "$OUT" . && mv "$OUT/../tune-out.tgz" "$OUT/"
+fi
+if [ "$what" = subkernel ]; then
+  TESTS=${TESTS-subkernel} named_gpu_tests "$OUT/subkernel-tests"
+  timeout -k 5 "${SUBKERNEL_TIMEOUT:-200}" ./megaops-bench --out "$OUT/bench" subkernel > "$OUT/subkernel-bench.log" 2>&1
+  echo "subkernel suite: rc=$? at +$(( $(date +%s) - t0 ))s" >> "$summary"
+  for g in ${PREFILL_GEMMS:-rust cublaslt:4}; do
+    f="$OUT/prefill-${g/:/-}"
+    timeout -k 5 "${PREFILL_TIMEOUT:-150}" ./megaops bench --presets "$(echo ${SUBKERNEL_PRESETS:-qwen3-0.6b llama-3.2-1b} | tr ' ' ,)" \
+      --workloads prefill --modes overlapped,serial --batches "${SUBKERNEL_BATCHES:-1}" --prefill-gemm "$g" --no-tune-cache \
+      --json "$f.jsonl" > "$f.md" 2> "$f.err"
+    echo "prefill bench $g: rc=$? $(python3 -c 'import json,sys; print(" ".join("%s:b%d:%s=%.3fms" % (r["model"], r["batch"], r["mode"], r["prefill_ms"]) for r in map(json.loads, open(sys.argv[1]))))' "$f.jsonl" 2>&1 | tail -1)" >> "$summary"
+  done
+  if [ -n "${SUBKERNEL_HF_ARGS:-}" ]; then
+    PYTHONUNBUFFERED=1 timeout -k 5 "${SUBKERNEL_HF_TIMEOUT:-240}" python3 hf_compare.py --megaops ./megaops \
+      --out "$OUT/hf-subkernel" --controls none --generate-arg="--prefill-gemm=${SUBKERNEL_HF_GEMM:-cublaslt:4}" \
+      $SUBKERNEL_HF_ARGS > "$OUT/hf-subkernel.log" 2>&1
+    echo "hf_compare (prefill GEMMs ${SUBKERNEL_HF_GEMM:-cublaslt:4}): rc=$? at +$(( $(date +%s) - t0 ))s" >> "$summary"
+    grep -a -E "PASS|FAIL|OVERALL" "$OUT/hf-subkernel.log" | tail -30 >> "$summary"
+  fi
+  cat "$OUT/bench/results.md" >> "$summary" 2>/dev/null
+  tar czf "$OUT/../subkernel-out.tgz" -C "$OUT" . && mv "$OUT/../subkernel-out.tgz" "$OUT/"
 fi
 if [ "$what" = compare ]; then
   named_gpu_tests "$OUT/tests"

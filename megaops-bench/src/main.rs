@@ -10,6 +10,7 @@ mod harness;
 mod mlp;
 mod models;
 mod overlap;
+mod subkernel;
 
 use clap::Parser;
 
@@ -47,5 +48,8 @@ fn main() {
     }
     if selected("attention") {
         attention::run(args.out.as_deref(), args.quick);
+    }
+    if selected("subkernel") {
+        subkernel::run(args.out.as_deref(), args.quick);
     }
 }

@@ -275,6 +275,46 @@ fn a_consumer_that_fills_every_sm_does_not_starve_the_chunks() -> Result<()> {
     Ok(())
 }
 
+/// Interop without adaptation: one plain cuBLASLt call on an ordinary stream between
+/// MegaOps kernels on an AsyncStream, ordered by `block` (the stream waits for the
+/// producer) and `wait_on` (the consumer waits for the stream).
+#[test]
+fn an_unadapted_call_joins_through_block_and_wait_on() -> Result<()> {
+    let seed = fresh_seed("an_unadapted_call_joins_through_block_and_wait_on");
+    let dev = cpu_device(seed)?;
+    let lt = CublasLt::new(&dev)?;
+    let (m, k, n) = (96, 32, 48);
+    let x = random::<bf16>(m * k, 1.0, seed);
+    let w1 = random::<bf16>(n * k, 1.0, seed ^ 1);
+    let w2 = random::<bf16>(n * n, 0.5, seed ^ 2);
+    let xt = Tensor::from_slice(&dev, &[m, k], &x)?;
+    let w1t = Tensor::from_slice(&dev, &[n, k], &w1)?;
+    let w2t = Tensor::from_slice(&dev, &[n, n], &w2)?;
+    let mut y = Tensor::full(&dev, &[m, n], POISON)?;
+    let mut z = Tensor::full(&dev, &[m, n], POISON)?;
+    let mut o = Tensor::full(&dev, &[m, n], POISON)?;
+    let s = AsyncStream::new(&dev, 2)?;
+    let plain = Stream::new(&dev)?;
+    let (mu, ku, nu) = (m as u32, k as u32, n as u32);
+    matmul::launch_with(&s, &LaunchOptions::default(), &xt, &w1t, &mut y, mu, nu, ku)?;
+    s.block(&plain)?;
+    lt.matmul_on(&plain, &y, &w2t, None, &mut z)?;
+    s.wait_on(&plain)?;
+    matmul::launch_with(&s, &LaunchOptions::default(), &z, &w2t, &mut o, mu, nu, nu)?;
+    s.synchronize()?;
+    let y_out = y.to_vec()?;
+    let z_out = z.to_vec()?;
+    assert_close("y", &y_out, &reference(&f64s(&x), &f64s(&w1), None, m, n, k), TOL);
+    assert_close("z", &z_out, &reference(&f64s(&y_out), &f64s(&w2), None, m, n, n), TOL);
+    assert_close(
+        "o",
+        &o.to_vec()?,
+        &reference(&f64s(&z_out), &f64s(&w2), None, m, n, n),
+        TOL,
+    );
+    Ok(())
+}
+
 /// Bad input is an error before anything runs.
 #[test]
 fn subkernels_refuse_bad_input_with_a_clear_error() -> Result<()> {
@@ -391,5 +431,13 @@ fn copy_subkernels_on_the_gpu() -> Result<()> {
     for (i, chunks) in [1, 4, 16].into_iter().enumerate() {
         check_copy(&dev, (1000, 512, 1024), chunks, seed.wrapping_add(i as u64))?;
     }
+    // One plain copy-engine transfer, the unadapted form.
+    let v = random::<bf16>(1000 * 1024, 1.0, seed);
+    let src = Tensor::from_slice(&dev, &[1000, 1024], &v)?;
+    let mut dst = Tensor::full(&dev, &[1000, 1024], POISON)?;
+    let stream = Stream::new(&dev)?;
+    megaops::subkernel::copy::copy_on(&stream, &src, &mut dst)?;
+    stream.synchronize()?;
+    assert_eq!(dst.to_vec()?, v, "copy_on");
     Ok(())
 }

@@ -10,6 +10,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::launch::{AsInput, AsOutput, LaunchOptions, LaunchTarget};
 use crate::stream::Stream;
+use crate::tensor::Tensor;
 use crate::tiling::Rank;
 use std::sync::Arc;
 
@@ -62,6 +63,38 @@ pub fn copy_rows<T: DType, R: Rank>(
     let src = l.input("src", src, &declared, Some(0))?;
     let dst = l.output("dst", dst, &declared, 0)?;
     l.submit(target, Arc::new(RowCopy { src, dst, row_bytes }))
+}
+
+/// Copies `src` into `dst` (same shape and element type) as one copy-engine transfer on
+/// `stream`, without the data-tile protocol (the reference for chunked copies, and an
+/// unadapted operation for interop). Enqueued only: the caller keeps both tensors alive
+/// until the stream is done with them.
+pub fn copy_on<T: DType>(stream: &Stream, src: &Tensor<T>, dst: &mut Tensor<T>) -> Result<()> {
+    if src.shape() != dst.shape() {
+        return Err(Error::shape(format!(
+            "a copy needs equal shapes: src {:?}, dst {:?}",
+            src.shape(),
+            dst.shape()
+        )));
+    }
+    for t in [src.device(), dst.device()] {
+        if !t.same(stream.device()) {
+            return Err(Error::Invalid(format!(
+                "a copy on a stream of {} got a tensor of {}",
+                stream.device().name(),
+                t.name()
+            )));
+        }
+    }
+    if src.buffer().addr() == dst.buffer().addr() {
+        return Err(Error::Invalid(
+            "a copy's source and destination are the same memory".into(),
+        ));
+    }
+    let bytes = src.numel() * size_of::<T>();
+    // SAFETY: two distinct tensors of `bytes` bytes on the stream's device (checked);
+    // the caller keeps them alive until the stream is done.
+    unsafe { stream.copy_raw(dst.addr(), src.addr(), bytes) }
 }
 
 /// The chunks of one copy.
