@@ -244,8 +244,13 @@ pub struct Tune {
     /// Streams the search starts from.
     #[arg(long, default_value_t = 2)]
     pub streams: usize,
+    /// With `--workload prefill`: the GEMMs of the prefill's projections (`rust`, or
+    /// `cublaslt[:<chunks>]`, whose chunk counts are then tuned instead of `matmul`
+    /// configs; cached apart from the Rust GEMMs' plan).
+    #[arg(long, default_value = "rust")]
+    pub prefill_gemm: GemmBackend,
     /// Knob families to hold at the planners' values (config, prefetch, padding,
-    /// release, split, streams, tiles); a plan tuned so is not cached.
+    /// release, split, streams, tiles, chunks); a plan tuned so is not cached.
     #[arg(long, value_delimiter = ',')]
     pub hold: Vec<String>,
     /// The cache file (default: $MEGAOPS_TUNE_CACHE, else ~/.cache/megaops/tune.json).

@@ -4,6 +4,7 @@
 use crate::args::{Bench, ModelArgs};
 use crate::run::{device, load, open};
 use megaops_models::bench::{self, BenchRow, BenchSpec, Breakdown, Mode, Workload};
+use megaops_models::layers::GemmBackend;
 use megaops_models::{ModelError, Result};
 use std::io::Write;
 
@@ -104,7 +105,12 @@ pub fn run_bench(b: Bench) -> Result<()> {
         let mut rows = Vec::new();
         for s in &specs {
             eprintln!("{name}: {} batch {} {} …", s.workload.name(), s.batch, s.mode.name());
-            let plan = crate::tune::cached_plan(&device, &src.full_config, s.batch, s.workload, b.no_tune_cache)?;
+            let gemm = if s.workload == Workload::Prefill {
+                s.prefill_gemm
+            } else {
+                GemmBackend::Rust
+            };
+            let plan = crate::tune::cached_plan(&device, &src.full_config, s.batch, s.workload, gemm, b.no_tune_cache)?;
             let streams = b.streams.or(plan.streams).unwrap_or(2);
             let row = bench::run(&lm, &name, s, streams, &plan, read_gbps)?;
             write_json(&mut json, b.json.as_deref(), &row)?;

@@ -6,6 +6,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use megaops::{AsyncStream, Device};
 use megaops_models::bench::Workload;
 use megaops_models::checkpoint::{Checkpoint, WeightSource};
+use megaops_models::layers::GemmBackend;
 use megaops_models::presets::{self, RandomWeights};
 use megaops_models::tokenizer::Tokenizer;
 use megaops_models::{CausalLm, Config, GenerateOptions, ModelError, Result, generate};
@@ -168,7 +169,14 @@ fn run_generate(g: Generate) -> Result<()> {
     let device = device()?;
     let (lm, load_s) = load(&device, &src)?;
     let workload = crate::tune::workload_for(prompts[0].len());
-    opts.plan = crate::tune::cached_plan(&device, &src.full_config, prompts.len(), workload, g.no_tune_cache)?;
+    opts.plan = crate::tune::cached_plan(
+        &device,
+        &src.full_config,
+        prompts.len(),
+        workload,
+        GemmBackend::Rust,
+        g.no_tune_cache,
+    )?;
     // A prefill plan is tuned for prompts of the prefill workload's length; shorter ones
     // keep the planners' GEMM configs.
     if workload == Workload::LongDecode {
@@ -177,6 +185,7 @@ fn run_generate(g: Generate) -> Result<()> {
             &src.full_config,
             prompts.len(),
             Workload::Prefill,
+            g.prefill_gemm,
             g.no_tune_cache,
         )?;
     }

@@ -6,7 +6,8 @@ use crate::run::{Source, device, load_layers, open};
 use indicatif::{ProgressBar, ProgressStyle};
 use megaops::Device;
 use megaops_models::bench::{Workload, median};
-use megaops_models::tune::cache::{self, CacheEntry, CacheKey, Lookup, TuneCache};
+use megaops_models::layers::{GemmBackend, PrefillGemm};
+use megaops_models::tune::cache::{self, CacheEntry, CacheKey, Lookup, TuneCache, workload_key};
 use megaops_models::tune::{
     Event, Family, Move, PlanTimer, PrefillTimer, SearchOptions, Space, StepPlan, StepTimer, Tuned, tune,
 };
@@ -48,6 +49,7 @@ pub(crate) fn cached_plan(
     config: &Config,
     batch: usize,
     workload: Workload,
+    gemm: GemmBackend,
     off: bool,
 ) -> Result<StepPlan> {
     if off {
@@ -55,12 +57,13 @@ pub(crate) fn cached_plan(
     }
     let path = cache::default_path();
     let cache = TuneCache::load(&path)?;
-    let key = CacheKey::new(&device.name(), device.sm_count(), config, batch, workload.name());
+    let name = workload_key(workload, gemm);
+    let key = CacheKey::new(&device.name(), device.sm_count(), config, batch, &name);
     Ok(match cache.find(&key) {
         Lookup::Hit(e) => {
             eprintln!(
                 "using the tuned plan for batch {batch}, {} from {} ({:.3} → {:.3} ms over {} layers when tuned)",
-                workload.name(),
+                name,
                 path.display(),
                 e.start_ms,
                 e.tuned_ms,
@@ -71,7 +74,7 @@ pub(crate) fn cached_plan(
         Lookup::Stale(e) => {
             eprintln!(
                 "ignoring the tuned plan for batch {batch}, {} in {}: tuned by megaops {}, this is {} (run `megaops tune` again)",
-                workload.name(),
+                name,
                 path.display(),
                 e.key.version,
                 key.version
@@ -89,6 +92,11 @@ pub fn run_tune(t: Tune) -> Result<()> {
         return show(&path);
     }
     let workload = Workload::parse(&t.workload)?;
+    if workload != Workload::Prefill && t.prefill_gemm != GemmBackend::Rust {
+        return Err(ModelError::Request(
+            "--prefill-gemm applies to --workload prefill (a decode step runs GEMV kernels)".into(),
+        ));
+    }
     if workload == Workload::Prefill && t.ablation {
         return Err(ModelError::Request(
             "the ablation is of decode steps: --workload short-decode or long-decode".into(),
@@ -150,7 +158,13 @@ pub fn run_tune(t: Tune) -> Result<()> {
         let tuned = tune_one(&lm, batch, workload, &t, &held, &opts, &title)?;
         print_tuned(&name, batch, &tuned);
         if held.is_empty() {
-            cache.insert(entry(&device, &src.config, batch, workload, layers, &tuned));
+            cache.insert(entry(
+                &device,
+                &src.config,
+                (batch, workload, t.prefill_gemm),
+                layers,
+                &tuned,
+            ));
             cache.save(&path)?;
             eprintln!("cached in {}", path.display());
         } else {
@@ -174,8 +188,10 @@ fn tune_one(
     let sms = lm.lm_head().device().sm_count();
     let len = workload.prompt_len();
     if workload == Workload::Prefill {
-        let mut timer = PrefillTimer::new(lm, batch, len, t.streams, 2, t.replays.min(5))?;
-        let space = Space::prefill(lm, batch, len, sms, held)?;
+        let device = lm.lm_head().device();
+        let mut timer = PrefillTimer::new(lm, batch, len, t.streams, 2, t.replays.min(5))?
+            .with_gemm(PrefillGemm::new(device, t.prefill_gemm)?);
+        let space = Space::prefill_with(lm, batch, len, sms, held, t.prefill_gemm)?;
         search_with_progress(&mut timer, &space, opts, title)
     } else {
         let mut timer = StepTimer::new(lm, batch, len, t.streams, 3, t.replays)?;
@@ -269,13 +285,18 @@ fn print_tuned(name: &str, batch: usize, tuned: &Tuned) {
 fn entry(
     device: &Device,
     config: &Config,
-    batch: usize,
-    workload: Workload,
+    (batch, workload, gemm): (usize, Workload, GemmBackend),
     layers: usize,
     tuned: &Tuned,
 ) -> CacheEntry {
     CacheEntry {
-        key: CacheKey::new(&device.name(), device.sm_count(), config, batch, workload.name()),
+        key: CacheKey::new(
+            &device.name(),
+            device.sm_count(),
+            config,
+            batch,
+            &workload_key(workload, gemm),
+        ),
         plan: tuned.plan.clone(),
         start_ms: tuned.outcome.start_cost,
         tuned_ms: tuned.outcome.best_cost,
@@ -376,8 +397,7 @@ fn ablation(
         cache.insert(entry(
             &device,
             &src.config,
-            batch,
-            workload,
+            (batch, workload, GemmBackend::Rust),
             tuned_on.model().layers().len(),
             &full,
         ));

@@ -384,6 +384,22 @@ fn tune_refuses_what_it_cannot_time_with_a_clear_error() {
             &["tune", "--preset", "tiny", "--hold", "tile"][..],
             "unknown knob family `tile`",
         ),
+        (
+            &["tune", "--preset", "tiny", "--prefill-gemm", "cublaslt"][..],
+            "--prefill-gemm applies to --workload prefill",
+        ),
+        (
+            &[
+                "tune",
+                "--preset",
+                "tiny",
+                "--workload",
+                "prefill",
+                "--prefill-gemm",
+                "cublaslt:65",
+            ][..],
+            "1 to 64 chunks",
+        ),
     ] {
         let out = megaops(args);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -5,6 +5,7 @@
 
 use megaops::testing::{cpu_device, fresh_seed};
 use megaops_models::CausalLm;
+use megaops_models::layers::{GemmBackend, PrefillGemm};
 use megaops_models::presets::{self, RandomWeights};
 use megaops_models::tune::{Family, PlanTimer as _, PrefillTimer, SearchOptions, Space, StepPlan, StepTimer, tune};
 use std::time::Duration;
@@ -22,7 +23,9 @@ fn the_space_starts_at_the_planners_choices_and_every_family_is_there() {
     let sms = lm.lm_head().device().sm_count();
     let space = Space::decode(&lm, 2, 64, sms, 2, &[]).expect("space");
     for f in Family::ALL {
-        assert!(space.knobs.iter().any(|k| k.family == f), "no {f:?} knob");
+        // Chunk counts belong to the prefill's cuBLASLt subkernels.
+        let here = space.knobs.iter().any(|k| k.family == f);
+        assert_eq!(here, f != Family::Chunks, "{f:?} knob");
     }
     // The start plan is explicit, and it is what the planners pick: it launches the same
     // configs as the default plan (checked by running both below).
@@ -147,4 +150,44 @@ fn the_prefill_space_tunes_the_gemm_configs_and_its_plans_run() {
         }
     }
     assert!(ran >= 4, "{ran} plans ran");
+}
+
+/// On cuBLASLt subkernels the prefill's space tunes each projection's chunk count instead
+/// of its `matmul` config, and plans with other counts run (the CPU implementation of the
+/// GEMM behind the same proxy and flags).
+#[test]
+fn the_cublaslt_prefill_space_tunes_chunk_counts_and_its_plans_run() {
+    let lm = tiny(fresh_seed("the_cublaslt_prefill_space_tunes_chunk_counts"));
+    let dev = lm.lm_head().device().clone();
+    let sms = dev.sm_count();
+    let (batch, seq) = (2, 70);
+    let gemm = GemmBackend::CublasLt { chunks: 4 };
+    let space = Space::prefill_with(&lm, batch, seq, sms, &[], gemm).expect("space");
+    let chunk_knobs: Vec<_> = space.knobs.iter().filter(|k| k.family == Family::Chunks).collect();
+    assert_eq!(chunk_knobs.len(), 4, "one per projection");
+    assert!(chunk_knobs.iter().all(|k| k.start == 4 && k.candidates == [1, 2, 4, 8]));
+    assert!(
+        space.knobs.iter().all(|k| k.family != Family::TileConfig),
+        "matmul configs do not apply to cuBLASLt"
+    );
+    let held = Space::prefill_with(&lm, batch, seq, sms, &[Family::Chunks], gemm).expect("space");
+    assert!(held.knobs.iter().all(|k| k.family != Family::Chunks));
+    let mut timer = PrefillTimer::new(&lm, batch, seq, 2, 0, 1)
+        .expect("timer")
+        .with_gemm(PrefillGemm::new(&dev, gemm).expect("cuBLASLt on the CPU backend"));
+    for v in [1, 8] {
+        let mut a = space.start();
+        for (i, k) in space.knobs.iter().enumerate() {
+            if k.family == Family::Chunks {
+                a[i] = v;
+            }
+        }
+        let plan = space.plan(&a).expect("plan");
+        assert!(
+            plan.describe()
+                .iter()
+                .any(|l| l.contains(&format!("{v} cuBLASLt chunks")))
+        );
+        assert!(timer.time(&plan).expect("a plan of chunk counts runs") > 0.0);
+    }
 }

@@ -248,6 +248,7 @@ impl Attention {
             acts.gemm.linear(
                 on,
                 &choice.apply(acts.opts(c)),
+                choice.chunks,
                 xn,
                 &self.w_qkv,
                 &mut acts.qkv,
@@ -363,6 +364,7 @@ impl Attention {
             acts.gemm.linear(
                 on,
                 &choice.apply(acts.opts(c)),
+                choice.chunks,
                 &acts.o,
                 &self.w_o,
                 &mut acts.out,

@@ -409,6 +409,7 @@ impl Mlp {
                     acts.gemm.linear(
                         on,
                         &choice.apply(opts(choice.config.unwrap_or(acts.gemm_configs[0]))),
+                        choice.chunks,
                         &acts.xn,
                         &self.w_gate_up,
                         gu,
@@ -427,6 +428,7 @@ impl Mlp {
                 acts.gemm.linear(
                     on,
                     &choice.apply(opts(choice.config.unwrap_or(acts.gemm_configs[1]))),
+                    choice.chunks,
                     &acts.act,
                     &self.w_down,
                     &mut acts.out,

@@ -107,13 +107,14 @@ impl PrefillGemm {
     }
 
     /// Enqueues `C = A·Wᵀ` (`A[m, k]`, `W[n, k]`, `C[m, n]`) on `on`: `matmul` with `opts`
-    /// (its tile config, occupancy limit, release point), or cuBLASLt chunks (with `opts`'
-    /// wait timeout).
+    /// (its tile config, occupancy limit, release point), or cuBLASLt chunks (`chunks`, the
+    /// site's tuned count, else the backend's; with `opts`' wait timeout).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn linear(
         &self,
         on: &impl LaunchTarget,
         opts: &LaunchOptions,
+        chunks: Option<u32>,
         a: &(impl AsInput<bf16, R2> + Shaped + ?Sized),
         w: &Tensor<bf16>,
         c: &mut (impl AsOutput<bf16, R2> + Shaped + ?Sized),
@@ -121,9 +122,10 @@ impl PrefillGemm {
     ) -> Result<()> {
         match self {
             PrefillGemm::Rust => matmul::launch_with(on, opts, a, w, c, m, n, k),
-            PrefillGemm::CublasLt { lt, chunks } => {
+            PrefillGemm::CublasLt { lt, chunks: default } => {
+                let most = chunks.map_or(*default, |c| c as usize);
                 let chunks = GemmChunks {
-                    chunks: (*chunks).min((m as usize).div_ceil(CHUNK_ALIGN)).max(1),
+                    chunks: most.min((m as usize).div_ceil(CHUNK_ALIGN)).max(1),
                     along: GemmAxis::Rows,
                     align: CHUNK_ALIGN,
                     launch: LaunchOptions {

@@ -29,6 +29,18 @@ pub struct CacheKey {
     pub version: String,
 }
 
+/// The workload part of a [`CacheKey`]: the workload's name, with `+cublaslt` for a
+/// prefill whose projections run cuBLASLt subkernels (its plan tunes chunk counts, not
+/// `matmul` configs).
+pub fn workload_key(workload: crate::bench::Workload, gemm: crate::layers::GemmBackend) -> String {
+    match (workload, gemm) {
+        (crate::bench::Workload::Prefill, crate::layers::GemmBackend::CublasLt { .. }) => {
+            format!("{}+cublaslt", workload.name())
+        }
+        _ => workload.name().to_string(),
+    }
+}
+
 impl CacheKey {
     /// The key of `config` at `batch` for `workload` on a device, with this crate's
     /// version.
@@ -198,6 +210,23 @@ mod tests {
             tuned_at: 0,
             moves: vec!["mlp.gate_up.config: 0 → 2".into()],
         }
+    }
+
+    /// A prefill plan for cuBLASLt subkernels is keyed apart from the Rust GEMMs' one;
+    /// decode keys do not depend on the prefill's GEMMs.
+    #[test]
+    fn cublaslt_prefill_plans_have_their_own_key() {
+        use crate::bench::Workload;
+        use crate::layers::GemmBackend;
+        let lt = GemmBackend::CublasLt { chunks: 4 };
+        assert_eq!(workload_key(Workload::Prefill, GemmBackend::Rust), "prefill");
+        assert_eq!(workload_key(Workload::Prefill, lt), "prefill+cublaslt");
+        assert_eq!(
+            workload_key(Workload::Prefill, GemmBackend::CublasLt { chunks: 8 }),
+            "prefill+cublaslt",
+            "the chunk counts are the plan's"
+        );
+        assert_eq!(workload_key(Workload::ShortDecode, lt), "short-decode");
     }
 
     #[test]

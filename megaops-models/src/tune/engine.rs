@@ -10,9 +10,9 @@ use super::search::{self, Assignment, Event, Knob, Outcome, SearchOptions};
 use crate::bench::{median, random_prompts, time_each};
 use crate::error::{ModelError, Result};
 use crate::generate::Session;
-use crate::layers::DecodeTiles;
 use crate::layers::attention::wide_gemm;
 use crate::layers::mlp::{DECODE_COL_TILE, DECODE_MAX_M, gemm_config, mlp_gemm_configs};
+use crate::layers::{DecodeTiles, GemmBackend, PrefillGemm};
 use crate::model::CausalLm;
 use megaops::AsyncStream;
 use megaops::launch::ConfigInfo;
@@ -40,6 +40,8 @@ pub enum Binding {
     Release(Site),
     /// Columns per data tile of a site's output (value: the columns).
     DataTile(Site),
+    /// Row chunks of a site's cuBLASLt subkernel (value: the most chunks).
+    Chunks(Site),
 }
 
 /// The knobs of one decode step and what each sets.
@@ -238,6 +240,20 @@ impl Space {
     /// kernel. The streams are the caller's (a prefill shares them with the decode steps
     /// that follow it).
     pub fn prefill(lm: &CausalLm, batch: usize, seq: usize, sms: u32, held: &[Family]) -> Result<Space> {
+        Space::prefill_with(lm, batch, seq, sms, held, GemmBackend::Rust)
+    }
+
+    /// [`Space::prefill`] for a prefill whose projections run on `gemm`: on cuBLASLt
+    /// subkernels each projection's chunk count (1 to 8, from `gemm`'s) is a knob instead of
+    /// its `matmul` config.
+    pub fn prefill_with(
+        lm: &CausalLm,
+        batch: usize,
+        seq: usize,
+        sms: u32,
+        held: &[Family],
+        gemm: GemmBackend,
+    ) -> Result<Space> {
         let c = lm.config();
         let dims = lm.model().dims();
         let m = batch * seq;
@@ -257,14 +273,24 @@ impl Space {
             (Site::GateUp, gate_up),
             (Site::Down, down),
         ] {
-            space.add(
-                held,
-                Binding::Config(site),
-                Family::TileConfig,
-                format!("{}.config", site.name()),
-                all_configs.clone(),
-                start as u32,
-            );
+            match gemm {
+                GemmBackend::Rust => space.add(
+                    held,
+                    Binding::Config(site),
+                    Family::TileConfig,
+                    format!("{}.config", site.name()),
+                    all_configs.clone(),
+                    start as u32,
+                ),
+                GemmBackend::CublasLt { chunks } => space.add(
+                    held,
+                    Binding::Chunks(site),
+                    Family::Chunks,
+                    format!("{}.chunks", site.name()),
+                    vec![1, 2, 4, 8],
+                    chunks as u32,
+                ),
+            }
         }
         let layer_sites: Vec<Site> = Site::ALL.into_iter().filter(|&s| s != Site::LmHead).collect();
         for &site in &layer_sites {
@@ -355,6 +381,7 @@ impl Space {
                 Binding::Splits(site) => plan.site_mut(site).splits = Some(value),
                 Binding::Padding(site) => plan.site_mut(site).occupancy_limit = Some(value),
                 Binding::DataTile(site) => plan.site_mut(site).data_tile = Some(value),
+                Binding::Chunks(site) => plan.site_mut(site).chunks = Some(value),
                 Binding::Release(site) => {
                     plan.site_mut(site).release = Some(if value == 0 {
                         Release::FirstCta
@@ -513,6 +540,7 @@ pub struct PrefillTimer<'m> {
     on: AsyncStream,
     warmup: usize,
     reps: usize,
+    gemm: PrefillGemm,
 }
 
 impl<'m> PrefillTimer<'m> {
@@ -533,13 +561,20 @@ impl<'m> PrefillTimer<'m> {
             on: AsyncStream::new(&device, streams)?,
             warmup,
             reps,
+            gemm: PrefillGemm::Rust,
         })
+    }
+
+    /// The timer with the prefill's projections on `gemm` (the default is `matmul`).
+    pub fn with_gemm(self, gemm: PrefillGemm) -> PrefillTimer<'m> {
+        PrefillTimer { gemm, ..self }
     }
 }
 
 impl PlanTimer for PrefillTimer<'_> {
     fn time(&mut self, plan: &StepPlan) -> Result<f64> {
         let mut p = self.session.prefill_inputs_with(&self.prompts, plan)?;
+        p.set_gemm(&self.gemm);
         for _ in 0..self.warmup {
             self.session.prefill(&self.on, &mut p)?;
         }

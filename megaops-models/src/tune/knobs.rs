@@ -76,11 +76,13 @@ pub enum Family {
     Streams,
     /// Columns per data tile of the decode path's column-tiled tensors.
     DataTile,
+    /// Row chunks of the prefill's cuBLASLt subkernels (`--prefill-gemm cublaslt`).
+    Chunks,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 7] = [
+    pub const ALL: [Family; 8] = [
         Family::TileConfig,
         Family::Prefetch,
         Family::Padding,
@@ -88,6 +90,7 @@ impl Family {
         Family::Split,
         Family::Streams,
         Family::DataTile,
+        Family::Chunks,
     ];
 
     /// The name on the command line and in the ablation table.
@@ -100,6 +103,7 @@ impl Family {
             Family::Split => "split",
             Family::Streams => "streams",
             Family::DataTile => "tiles",
+            Family::Chunks => "chunks",
         }
     }
 
@@ -147,6 +151,10 @@ pub struct SiteChoice {
     /// tiled by columns (QKV, o_proj, gate/up, LM head; see [`DecodeTiles`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_tile: Option<u32>,
+    /// At most this many row chunks of the site's GEMM when the prefill runs cuBLASLt
+    /// subkernels ([`PrefillGemm::CublasLt`](crate::layers::PrefillGemm::CublasLt)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunks: Option<u32>,
 }
 
 impl SiteChoice {
@@ -239,6 +247,9 @@ impl StepPlan {
             if let Some(v) = c.data_tile {
                 parts.push(format!("data tiles of {v} columns"));
             }
+            if let Some(v) = c.chunks {
+                parts.push(format!("{v} cuBLASLt chunks"));
+            }
             if !parts.is_empty() {
                 out.push(format!("{}: {}", site.name(), parts.join(", ")));
             }
@@ -263,6 +274,7 @@ mod tests {
             occupancy_limit: Some(1),
             release: Some(Release::LastCta),
             data_tile: None,
+            chunks: Some(8),
         };
         plan.site_mut(Site::GateUp).data_tile = Some(64);
         let json = serde_json::to_string(&plan).expect("json");
@@ -279,7 +291,7 @@ mod tests {
             vec![
                 "streams: 3".to_string(),
                 "mlp.gate_up: data tiles of 64 columns".to_string(),
-                "mlp.down: config 4, splits 2, occupancy limit 1, release LastCta".to_string()
+                "mlp.down: config 4, splits 2, occupancy limit 1, release LastCta, 8 cuBLASLt chunks".to_string()
             ]
         );
         let tiles = back.decode_tiles();

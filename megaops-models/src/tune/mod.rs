@@ -12,7 +12,7 @@ pub mod engine;
 pub mod knobs;
 pub mod search;
 
-pub use cache::{CacheEntry, CacheKey, Lookup, TuneCache};
+pub use cache::{CacheEntry, CacheKey, Lookup, TuneCache, workload_key};
 pub use engine::{PlanTimer, PrefillTimer, Space, StepTimer, Tuned, tune};
 pub use knobs::{Family, Release, Site, SiteChoice, StepPlan};
 pub use search::{Event, Knob, Move, Outcome, SearchOptions};
