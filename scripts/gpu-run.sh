@@ -43,28 +43,7 @@ cd "$(dirname "$0")"
 what=${1:-all}; shift || true
 suites=("$@")
 if [ ${#suites[@]} -eq 0 ]; then
-  if [ "$what" = subkernel ]; then
-  TESTS=${TESTS-subkernel} named_gpu_tests "$OUT/subkernel-tests"
-  timeout -k 5 "${SUBKERNEL_TIMEOUT:-200}" ./megaops-bench --out "$OUT/bench" subkernel > "$OUT/subkernel-bench.log" 2>&1
-  echo "subkernel suite: rc=$? at +$(( $(date +%s) - t0 ))s" >> "$summary"
-  for g in ${PREFILL_GEMMS:-rust cublaslt:4}; do
-    f="$OUT/prefill-${g/:/-}"
-    timeout -k 5 "${PREFILL_TIMEOUT:-150}" ./megaops bench --presets "$(echo ${SUBKERNEL_PRESETS:-qwen3-0.6b llama-3.2-1b} | tr ' ' ,)" \
-      --workloads prefill --modes overlapped,serial --batches "${SUBKERNEL_BATCHES:-1}" --prefill-gemm "$g" --no-tune-cache \
-      --json "$f.jsonl" > "$f.md" 2> "$f.err"
-    echo "prefill bench $g: rc=$? $(python3 -c 'import json,sys; print(" ".join("%s:b%d:%s=%.3fms" % (r["model"], r["batch"], r["mode"], r["prefill_ms"]) for r in map(json.loads, open(sys.argv[1]))))' "$f.jsonl" 2>&1 | tail -1)" >> "$summary"
-  done
-  if [ -n "${SUBKERNEL_HF_ARGS:-}" ]; then
-    PYTHONUNBUFFERED=1 timeout -k 5 "${SUBKERNEL_HF_TIMEOUT:-240}" python3 hf_compare.py --megaops ./megaops \
-      --out "$OUT/hf-subkernel" --controls none --generate-arg="--prefill-gemm=${SUBKERNEL_HF_GEMM:-cublaslt:4}" \
-      $SUBKERNEL_HF_ARGS > "$OUT/hf-subkernel.log" 2>&1
-    echo "hf_compare (prefill GEMMs ${SUBKERNEL_HF_GEMM:-cublaslt:4}): rc=$? at +$(( $(date +%s) - t0 ))s" >> "$summary"
-    grep -a -E "PASS|FAIL|OVERALL" "$OUT/hf-subkernel.log" | tail -30 >> "$summary"
-  fi
-  cat "$OUT/bench/results.md" >> "$summary" 2>/dev/null
-  tar czf "$OUT/../subkernel-out.tgz" -C "$OUT" . && mv "$OUT/../subkernel-out.tgz" "$OUT/"
-fi
-if [ "$what" = compare ]; then suites=(overlap:50 mlp:25 gemv:40 gemm:40)
+  if [ "$what" = compare ]; then suites=(overlap:50 mlp:25 gemv:40 gemm:40)
   else suites=(overlap:50 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30); fi
 fi
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"

@@ -389,7 +389,7 @@ fn chunked_against_one_call(dev: &Device, lt: &CublasLt, (m, n, k): (usize, usiz
             let g = GemmChunks {
                 chunks,
                 along,
-                align: if along == GemmAxis::Rows { 64 } else { 64 },
+                align: 64,
                 ..GemmChunks::default()
             };
             lt.matmul(&s, &at, &wt, None, &mut c, &g)?;

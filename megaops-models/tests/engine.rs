@@ -157,6 +157,7 @@ fn a_tuned_plan_changes_the_launches_not_the_results() {
         release: Some(Release::LastCta),
         // Narrower than a head: RoPE waits for two tiles per head.
         data_tile: Some(32),
+        chunks: None,
     };
     *plan.site_mut(Site::Down) = SiteChoice {
         // One warp along k, so that k = 256 splits in two.
