@@ -13,6 +13,8 @@ pub struct Buffer {
     addr: u64,
     bytes: usize,
     capacity: usize,
+    /// Page-locked host memory (`DeviceBackend::alloc_pinned`) instead of device memory.
+    pinned: bool,
 }
 
 impl Buffer {
@@ -25,6 +27,20 @@ impl Buffer {
             addr,
             bytes,
             capacity,
+            pinned: false,
+        })
+    }
+
+    /// Allocates `bytes` bytes of page-locked host memory from `backend`, uninitialised
+    /// (zeroed on the CPU backend).
+    pub(crate) fn pinned(backend: &Arc<dyn DeviceBackend>, bytes: usize) -> Result<Buffer> {
+        let (addr, capacity) = backend.alloc_pinned(bytes)?;
+        Ok(Buffer {
+            backend: backend.clone(),
+            addr,
+            bytes,
+            capacity,
+            pinned: true,
         })
     }
 
@@ -57,8 +73,15 @@ impl std::fmt::Debug for Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        // SAFETY: allocated by this backend with this capacity; the last reference is
-        // gone, and launches hold references while they may run (delayed release).
-        unsafe { self.backend.release(self.addr, self.capacity) }
+        // SAFETY: allocated by this backend with this capacity, pinned or not; the last
+        // reference is gone, and launches hold references while they may run (delayed
+        // release).
+        unsafe {
+            if self.pinned {
+                self.backend.release_pinned(self.addr, self.capacity)
+            } else {
+                self.backend.release(self.addr, self.capacity)
+            }
+        }
     }
 }

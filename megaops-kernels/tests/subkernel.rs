@@ -14,10 +14,10 @@
 //! operations; on the GPU the same checks run with cuBLASLt and the copy engine, plus a
 //! chunked call against one call (bitwise where cuBLASLt picked the same algorithm).
 
-use megaops::subkernel::copy::{CopyChunks, copy_rows};
+use megaops::subkernel::copy::{CopyChunks, copy_rows, upload_rows};
 use megaops::subkernel::cublaslt::{CublasLt, GemmAxis, GemmChunks};
 use megaops::testing::{assert_close, cpu_device, fresh_seed, gpu_or_skip, random};
-use megaops::{AsyncStream, Device, Error, LaunchOptions, Result, Rows, Stream, Tensor, Tiled, bf16};
+use megaops::{AsyncStream, Device, Error, LaunchOptions, PinnedHost, Result, Rows, Stream, Tensor, Tiled, bf16};
 use megaops_kernels::gemm::matmul;
 
 /// bf16 NaN: every element a kernel forgets to write fails the comparison.
@@ -206,13 +206,55 @@ fn check_copy(dev: &Device, (m, k, n): (usize, usize, usize), chunks: usize, see
     Ok(())
 }
 
+/// Page-locked host memory → upload subkernel (host-to-device, chunked) → consumer: the
+/// consumer waits for the uploaded rows; eager and captured.
+fn check_upload(dev: &Device, (m, n): (usize, usize), chunks: usize, seed: u64) -> Result<()> {
+    let v = random::<bf16>(m * n, 1.0, seed);
+    let w = random::<bf16>(n * n, 0.5, seed ^ 1);
+    let host = PinnedHost::from_slice(dev, &v)?;
+    let wt = Tensor::from_slice(dev, &[n, n], &w)?;
+    let mut y = Tiled::new(dev, &[m, n], Rows::<16>, "y")?;
+    let mut o = Tensor::full(dev, &[m, n], POISON)?;
+    let s = AsyncStream::new(dev, 2)?;
+    let c = CopyChunks {
+        chunks,
+        ..CopyChunks::default()
+    };
+    let (mu, nu) = (m as u32, n as u32);
+    let mut body = |s: &AsyncStream| -> Result<()> {
+        y.rearm();
+        upload_rows(s, &host, &mut y, &c)?;
+        matmul::launch_with(s, &LaunchOptions::default(), &y, &wt, &mut o, mu, nu, nu)
+    };
+    body(&s)?;
+    s.synchronize()?;
+    let g = s.capture(&mut body)?;
+    o.fill(POISON)?;
+    g.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(y.to_vec()?, v, "upload m={m} n={n} chunks {chunks}");
+    assert_close(
+        &format!("upload m={m} n={n} chunks {chunks}: O"),
+        &o.to_vec()?,
+        &reference(&f64s(&v), &f64s(&w), None, m, n, n),
+        TOL,
+    );
+    Ok(())
+}
+
 #[test]
 fn copy_subkernels_between_megaops_kernels_on_the_cpu_backend() -> Result<()> {
     let seed = fresh_seed("copy_subkernels_between_megaops_kernels_on_the_cpu_backend");
     let dev = cpu_device(seed)?;
     for (i, chunks) in [1, 3, 7].into_iter().enumerate() {
         check_copy(&dev, (130, 32, 48), chunks, seed.wrapping_add(i as u64))?;
+        check_upload(&dev, (130, 48), chunks, seed.wrapping_add(10 + i as u64))?;
     }
+    let s = AsyncStream::new(&dev, 2)?;
+    let host = PinnedHost::from_slice(&dev, &[bf16::ONE; 10])?;
+    let mut y = Tiled::new(&dev, &[4, 4], Rows::<1>, "y")?;
+    let e = upload_rows(&s, &host, &mut y, &CopyChunks::default()).expect_err("10 values into 16");
+    assert!(e.to_string().contains("an upload of 10 values"), "{e}");
     Ok(())
 }
 
@@ -316,6 +358,54 @@ fn an_unadapted_call_joins_through_block_and_wait_on() -> Result<()> {
     Ok(())
 }
 
+/// A subkernel whose input is never produced: on the GPU the proxy's wait times out (no
+/// hang: the chunk is let go, the side streams drain); the error names the proxy's CTA,
+/// the tensor and the data tile, and the device runs the next program.
+fn a_missing_producer_times_out(dev: &Device, timeout: std::time::Duration) -> Result<()> {
+    let s = AsyncStream::new(dev, 2)?;
+    let mut y = Tiled::<bf16, Rows<16>>::new(dev, &[64, 32], Rows::<16>, "y")?;
+    y.plant_missing_producer("produce", &[16, 0]);
+    let mut y2 = Tiled::new(dev, &[64, 32], Rows::<16>, "y2")?;
+    let c = CopyChunks {
+        chunks: 2,
+        launch: LaunchOptions::default().timeout(timeout),
+        ..CopyChunks::default()
+    };
+    copy_rows(&s, &y, &mut y2, &c)?;
+    let msg = s.synchronize().expect_err("nobody produces y").to_string();
+    // A GPU times the wait out; the CPU backend sees at once that nothing can run and
+    // reports the same waits as a deadlock, with the chunks held behind the proxy.
+    let wait = if dev.is_cuda() {
+        format!(") waited {:.1} s on y[", timeout.as_secs_f64())
+    } else {
+        ") waits on y[".to_string()
+    };
+    assert!(
+        msg.lines()
+            .any(|l| l.trim().starts_with("copy_rows CTA (") && l.contains(&wait)),
+        "{msg}"
+    );
+    assert!(
+        dev.is_cuda() || msg.contains("`copy_rows` chunk 1 (held until its proxy lets it go)"),
+        "{msg}"
+    );
+    // The device recovers.
+    check_copy(dev, (64, 32, 48), 2, 5)
+}
+
+#[test]
+fn a_subkernel_whose_input_never_comes_times_out_on_the_cpu_backend() -> Result<()> {
+    a_missing_producer_times_out(&cpu_device(11)?, std::time::Duration::from_secs(2))
+}
+
+#[test]
+fn a_subkernel_whose_input_never_comes_times_out_on_the_gpu() -> Result<()> {
+    let Some(dev) = gpu_or_skip("a_subkernel_whose_input_never_comes_times_out_on_the_gpu") else {
+        return Ok(());
+    };
+    a_missing_producer_times_out(&dev, std::time::Duration::from_millis(500))
+}
+
 /// Bad input is an error before anything runs.
 #[test]
 fn subkernels_refuse_bad_input_with_a_clear_error() -> Result<()> {
@@ -381,6 +471,28 @@ fn chunked_against_one_call(dev: &Device, lt: &CublasLt, (m, n, k): (usize, usiz
     let one = one.to_vec()?;
     let want = reference(&f64s(&a), &f64s(&w), None, m, n, k);
     assert_close(&format!("one call {m}×{n}×{k}"), &one, &want, TOL);
+    // The Rust GEMM on the same inputs: another summation order, so within bf16 rounding.
+    let mut rust = Tensor::full(dev, &[m, n], POISON)?;
+    let (mu, nu, ku) = (m as u32, n as u32, k as u32);
+    matmul::launch_with(&stream, &LaunchOptions::default(), &at, &wt, &mut rust, mu, nu, ku)?;
+    stream.synchronize()?;
+    let rust = rust.to_vec()?;
+    assert_close(&format!("Rust matmul {m}×{n}×{k}"), &rust, &want, TOL);
+    assert_close(
+        &format!("one call against the Rust matmul {m}×{n}×{k}"),
+        &one,
+        &f64s(&rust),
+        TOL,
+    );
+    let same = one
+        .iter()
+        .zip(&rust)
+        .filter(|(x, y)| x.to_bits() == y.to_bits())
+        .count();
+    eprintln!(
+        "{m}×{n}×{k}: one call and the Rust matmul agree bitwise on {same} of {}",
+        one.len()
+    );
     let s = AsyncStream::new(dev, 2)?;
     for chunks in [1, 2, 4, 7, 16] {
         for along in [GemmAxis::Rows, GemmAxis::Cols] {
@@ -431,6 +543,7 @@ fn copy_subkernels_on_the_gpu() -> Result<()> {
     let seed = fresh_seed("copy_subkernels_on_the_gpu");
     for (i, chunks) in [1, 4, 16].into_iter().enumerate() {
         check_copy(&dev, (1000, 256, 512), chunks, seed.wrapping_add(i as u64))?;
+        check_upload(&dev, (1000, 512), chunks, seed.wrapping_add(10 + i as u64))?;
     }
     // One plain copy-engine transfer, the unadapted form.
     let v = random::<bf16>(1000 * 1024, 1.0, seed);

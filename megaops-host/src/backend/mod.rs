@@ -96,6 +96,16 @@ pub(crate) trait DeviceBackend: Send + Sync {
     /// `addr`/`capacity` come from [`DeviceBackend::alloc`] of this backend and no queued
     /// or running work uses the memory any more (see `delayed_release`).
     unsafe fn release(&self, addr: u64, capacity: usize);
+    /// Allocates at least `bytes` bytes of page-locked host memory the copy engine reads
+    /// directly (`cuMemAllocHost`; ordinary zeroed host memory on the CPU backend):
+    /// (address, capacity).
+    fn alloc_pinned(&self, bytes: usize) -> crate::Result<(u64, usize)>;
+    /// Frees memory from [`DeviceBackend::alloc_pinned`].
+    ///
+    /// # Safety
+    /// `addr`/`capacity` come from `alloc_pinned` of this backend and no queued or running
+    /// work uses the memory any more.
+    unsafe fn release_pinned(&self, addr: u64, capacity: usize);
     /// Bytes of memory the allocator holds (in use or cached).
     fn reserved_bytes(&self) -> usize;
     /// Copies `src` to device address `dst`, synchronously.

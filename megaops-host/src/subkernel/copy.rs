@@ -1,5 +1,6 @@
 //! Copy-engine transfers as subkernels: a copy of rows (dimension 0) of a row-major
-//! tensor, chunk by chunk, one `cuMemcpyAsync` per chunk, held back by the runtime's wait
+//! tensor, device-to-device ([`copy_rows`]) or from page-locked host memory
+//! ([`upload_rows`]), chunk by chunk, one `cuMemcpyAsync` per chunk, held back by the runtime's wait
 //! kernel (a kernel before copy-engine work, so that the wait does not queue behind the
 //! other side stream's copy). On the CPU backend each chunk is a host `memcpy` in stream
 //! order.
@@ -9,6 +10,7 @@ use super::{Chunk, ChunkOp, Chunking, SubkernelLaunch, Wrappers};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::launch::{AsInput, AsOutput, LaunchOptions, LaunchTarget};
+use crate::pinned::PinnedHost;
 use crate::stream::Stream;
 use crate::tensor::Tensor;
 use crate::tiling::Rank;
@@ -65,6 +67,44 @@ pub fn copy_rows<T: DType, R: Rank>(
     l.submit(target, Arc::new(RowCopy { src, dst, row_bytes }))
 }
 
+/// Copies `src`, page-locked host memory, into `dst` (row-major, `src.len()` elements) on
+/// the copy engine, as a subkernel on `target` chunked by rows (dimension 0 of `dst`):
+/// chunk `c` copies its rows host-to-device and signals them (when `dst` is a `Tiled`
+/// tensor), so consumers start on the first rows while later ones are in flight.
+pub fn upload_rows<T: DType, R: Rank>(
+    target: &impl LaunchTarget,
+    src: &PinnedHost<T>,
+    dst: &mut (impl AsOutput<T, R> + Shaped + ?Sized),
+    chunks: &CopyChunks,
+) -> Result<()> {
+    let shape = dst.dims().to_vec();
+    if shape.iter().product::<usize>() != src.len() {
+        return Err(Error::shape(format!(
+            "an upload of {} values into a tensor of shape {shape:?}",
+            src.len()
+        )));
+    }
+    if !src.device().same(target.device()) {
+        return Err(Error::Invalid(format!(
+            "an upload on {} from page-locked memory of {}",
+            target.device().name(),
+            src.device().name()
+        )));
+    }
+    let rows = *shape
+        .first()
+        .ok_or_else(|| Error::shape("an upload of rows needs a tensor of rank ≥ 1".to_string()))?;
+    let row_bytes = shape[1..].iter().product::<usize>() * size_of::<T>();
+    let chunking = Chunking::new(rows, chunks.chunks, chunks.align.max(1))?;
+    let device = target.device().clone();
+    let mut l = SubkernelLaunch::new(&device, "upload_rows", &chunks.launch, chunking, Wrappers::Kernels)?;
+    l.keep(src.buffer().clone());
+    let declared: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    let dst = l.output("dst", dst, &declared, 0)?;
+    let src = src.buffer().addr();
+    l.submit(target, Arc::new(RowCopy { src, dst, row_bytes }))
+}
+
 /// Copies `src` into `dst` (same shape and element type) as one copy-engine transfer on
 /// `stream`, without the data-tile protocol (the reference for chunked copies, and an
 /// unadapted operation for interop). Enqueued only: the caller keeps both tensors alive
@@ -114,8 +154,9 @@ impl RowCopy {
 impl ChunkOp for RowCopy {
     unsafe fn enqueue(&self, chunk: Chunk, _lane: usize, stream: &Stream) -> Result<()> {
         let (dst, src, bytes) = self.part(chunk);
-        // SAFETY: the chunk's rows of two tensors of the checked shape, kept alive by the
-        // launch; distinct tensors do not overlap (a tensor cannot be bound as both).
+        // SAFETY: the chunk's rows of two operands of the checked size (tensors, or
+        // page-locked host memory as the source), kept alive by the launch; distinct
+        // operands do not overlap (a tensor cannot be bound as both).
         unsafe { stream.copy_raw(dst, src, bytes) }
     }
 

@@ -260,6 +260,12 @@ impl<'a> SubkernelLaunch<'a> {
         Ok(x.addr())
     }
 
+    /// Keeps `buffer` alive as long as the chunks may run (an operand that is not a tensor,
+    /// such as page-locked host memory).
+    pub(crate) fn keep(&mut self, buffer: Arc<crate::buffer::Buffer>) {
+        self.launch.keep(buffer);
+    }
+
     /// Binds the output of shape `shape`, chunked along dimension `along` (the chunking's
     /// dimension): the proxy signals each chunk's data tiles once the chunk is done, and
     /// the tensor records the subkernel as its producer. Returns its address.

@@ -76,6 +76,15 @@ impl DeviceBackend for CpuDevice {
         }
     }
 
+    fn alloc_pinned(&self, bytes: usize) -> Result<(u64, usize)> {
+        self.alloc(bytes)
+    }
+
+    unsafe fn release_pinned(&self, addr: u64, capacity: usize) {
+        // SAFETY: `alloc_pinned` is `alloc` here.
+        unsafe { self.release(addr, capacity) }
+    }
+
     fn reserved_bytes(&self) -> usize {
         0
     }

@@ -237,6 +237,23 @@ impl DeviceBackend for CudaDevice {
         unsafe { self.pool.release(addr, capacity) }
     }
 
+    fn alloc_pinned(&self, bytes: usize) -> Result<(u64, usize)> {
+        self.bind()?;
+        let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
+        let size = bytes.max(1);
+        // SAFETY: a valid out-pointer; the context is bound.
+        unsafe { sys::cuMemAllocHost_v2(&mut ptr, size) }
+            .result()
+            .ctx(|| format!("allocating {size} B of page-locked host memory"))?;
+        Ok((ptr as u64, size))
+    }
+
+    unsafe fn release_pinned(&self, addr: u64, _capacity: usize) {
+        let _ = self.bind();
+        // SAFETY: from `cuMemAllocHost` above, unused (the caller's contract).
+        let _ = unsafe { sys::cuMemFreeHost(addr as *mut std::ffi::c_void) };
+    }
+
     fn reserved_bytes(&self) -> usize {
         self.pool.reserved_bytes()
     }
