@@ -3,12 +3,15 @@
 //!
 //! - **chunked cuBLASLt against one call** at the prefill shapes of the presets (the MLP's
 //!   gate/up and down projections, m = 1024 and 4096): one `cublasLtMatmul` on a stream
-//!   against the subkernel with 1, 2, 4 and 8 row chunks (proxy, side streams, wrappers);
+//!   against the subkernel with 1, 2, 4 and 8 row chunks (proxy, side streams, memop
+//!   waits), and 4 chunks held by wait kernels;
 //! - **the wrappers' sync cost per chunk**: a subkernel too small to cost anything itself
-//!   (a 256 × 64 × 64 GEMM; a copy of 256 × 64 bf16), timed at 1 to 16 chunks; the slope
-//!   of a least-squares line through those times is the cost of one more chunk;
+//!   (a 256 × 64 × 64 GEMM, held by stream memory operations or by wait kernels; a copy of
+//!   256 × 64 bf16), timed at 1 to 16 chunks; the slope of a least-squares line through
+//!   those times is the cost of one more chunk;
 //! - **the prefill MLP block** (RMSNorm → gate/up → SiLU·mul → down, m = 1024 and 4096) with
-//!   the Rust GEMM and with cuBLASLt subkernels (`PrefillGemm`), each overlapped (an
+//!   the Rust GEMM and with cuBLASLt subkernels (`PrefillGemm`; 1 and 4 chunks, memop
+//!   waits and wait kernels), each overlapped (an
 //!   AsyncStream of two streams) and serial (`AsyncStream::serial`, the same kernels with
 //!   kernel barriers), checked against the f64 reference first.
 //!
@@ -16,6 +19,7 @@
 //! replay.
 
 use crate::harness::{Table, budget_s, f3, time_graph};
+use megaops::subkernel::Wrappers;
 use megaops::subkernel::copy::{CopyChunks, copy_on, copy_rows};
 use megaops::subkernel::cublaslt::{CublasLt, GemmAxis, GemmChunks};
 use megaops::testing::{POISON_WORD, random, rel_error};
@@ -25,7 +29,7 @@ use std::path::Path;
 use std::time::Instant;
 
 /// Wall-clock budget of the suite (`MEGAOPS_BENCH_BUDGET_S` overrides it).
-const BUDGET_S: f64 = 90.0;
+const BUDGET_S: f64 = 120.0;
 /// Prefill rows timed.
 const MS: [usize; 2] = [1024, 4096];
 /// Chunk counts of the chunked GEMMs.
@@ -70,6 +74,7 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
             "2 chunks",
             "4 chunks",
             "8 chunks",
+            "4 chunks, wait kernels",
             "one call / 4 chunks",
         ],
     );
@@ -116,25 +121,22 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
             "one plain call µs",
         ],
     );
-    for copy in [false, true] {
-        match sync_row(&dev, &lt, &s, copy, replays) {
+    for (what, copy, wrappers) in [
+        ("cuBLASLt 256 × 64 × 64, memop waits", false, Wrappers::StreamMemOps),
+        ("cuBLASLt 256 × 64 × 64, wait kernels", false, Wrappers::Kernels),
+        ("copy 256 × 64 bf16, wait kernels", true, Wrappers::Kernels),
+    ] {
+        match sync_row(&dev, &lt, &s, copy, wrappers, replays) {
             Ok((t, plain)) => {
                 let xs = [1.0, 2.0, 4.0, 8.0, 16.0];
                 let slope = fit_slope(&xs, &t);
-                let mut row = vec![
-                    if copy {
-                        "copy 256 × 64 bf16 (wait kernel + memops)"
-                    } else {
-                        "cuBLASLt 256 × 64 × 64 (memops)"
-                    }
-                    .to_string(),
-                ];
+                let mut row = vec![what.to_string()];
                 row.extend(t.iter().map(|&x| f3(x)));
                 row.push(f3(slope));
                 row.push(f3(plain));
                 sync.row(row);
             }
-            Err(e) => eprintln!("subkernel sync cost (copy {copy}): {e}"),
+            Err(e) => eprintln!("subkernel sync cost ({what}): {e}"),
         }
     }
     sync.emit(out);
@@ -162,11 +164,17 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
         let block = Mlp::random(&dev, cfg, 0x5b + i as u64)?;
         for m in MS {
             let mut rust_overlap = f64::NAN;
+            let lt_with = |chunks: usize, wrappers: Wrappers| PrefillGemm::CublasLt {
+                lt: lt.clone(),
+                chunks,
+                wrappers,
+            };
             for (name, gemm) in [
                 ("rust", PrefillGemm::Rust),
-                ("cublaslt:1", PrefillGemm::cublaslt(&dev, 1)?),
-                ("cublaslt:4", PrefillGemm::cublaslt(&dev, 4)?),
-                ("cublaslt:8", PrefillGemm::cublaslt(&dev, 8)?),
+                ("cublaslt:1", lt_with(1, Wrappers::StreamMemOps)),
+                ("cublaslt:4", lt_with(4, Wrappers::StreamMemOps)),
+                ("cublaslt:1, wait kernels", lt_with(1, Wrappers::Kernels)),
+                ("cublaslt:4, wait kernels", lt_with(4, Wrappers::Kernels)),
             ] {
                 if start.elapsed().as_secs_f64() > budget {
                     eprintln!("subkernel suite: over its budget, skipping the remaining MLP rows");
@@ -218,11 +226,16 @@ fn gemm_row(
         })?
         .median_us,
     ];
-    for chunks in CHUNKS {
+    for (chunks, wrappers) in CHUNKS
+        .into_iter()
+        .map(|c| (c, Wrappers::StreamMemOps))
+        .chain([(4, Wrappers::Kernels)])
+    {
         let g = GemmChunks {
             chunks,
             along: GemmAxis::Rows,
             align: 64,
+            wrappers,
             ..GemmChunks::default()
         };
         times.push(
@@ -232,7 +245,7 @@ fn gemm_row(
             })?
             .median_us,
         );
-        if chunks == 4 {
+        if chunks == 4 && wrappers == Wrappers::StreamMemOps {
             let (x, y) = (one.to_vec()?, c.to_vec()?);
             let err = rel_error(&y, &x.iter().map(|v| v.to_f64()).collect::<Vec<_>>());
             if err > 1e-2 {
@@ -245,7 +258,14 @@ fn gemm_row(
 
 /// A near-empty subkernel timed at 1, 2, 4, 8 and 16 chunks, and the same operation as one
 /// plain call on a stream (µs each).
-fn sync_row(dev: &Device, lt: &CublasLt, s: &AsyncStream, copy: bool, replays: usize) -> Result<(Vec<f64>, f64)> {
+fn sync_row(
+    dev: &Device,
+    lt: &CublasLt,
+    s: &AsyncStream,
+    copy: bool,
+    wrappers: Wrappers,
+    replays: usize,
+) -> Result<(Vec<f64>, f64)> {
     let (m, n, k) = (256, 64, 64);
     let a = Tensor::from_slice(dev, &[m, k], &random::<bf16>(m * k, 1.0, 3))?;
     let w = Tensor::from_slice(dev, &[n, k], &random::<bf16>(n * k, 1.0, 4))?;
@@ -272,6 +292,7 @@ fn sync_row(dev: &Device, lt: &CublasLt, s: &AsyncStream, copy: bool, replays: u
                 let g = GemmChunks {
                     chunks,
                     align: 16,
+                    wrappers,
                     ..GemmChunks::default()
                 };
                 lt.matmul(s, &a, &w, None, &mut c, &g)

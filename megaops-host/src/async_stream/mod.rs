@@ -431,7 +431,7 @@ impl LaunchTarget for AsyncStream {
         // A subkernel's side work starts after what its proxy had to wait for (and joins
         // a capture through this event), not after the previous launch's start.
         if let Some(side) = &launch.side {
-            side.prepare(stream)?;
+            side.prepare(stream, &self.side)?;
         }
         let fork = launch.side.is_some().then(|| stream.record_marker()).transpose()?;
         if let Some((token, ctx)) = wait {

@@ -79,6 +79,9 @@ pub struct GemmChunks {
     /// Chunk sizes are multiples of this many rows or columns (columns: a multiple of 8,
     /// keeping the operands 16-byte aligned).
     pub align: usize,
+    /// What holds each chunk until its proxy lets it go: a stream memory operation (the
+    /// complementary backend of a kernel, the default) or the runtime's wait kernel.
+    pub wrappers: Wrappers,
     /// Options of the proxy launch (wait timeout).
     pub launch: LaunchOptions,
 }
@@ -96,6 +99,7 @@ impl Default for GemmChunks {
             chunks: 4,
             along: GemmAxis::Rows,
             align: 64,
+            wrappers: Wrappers::StreamMemOps,
             launch: LaunchOptions::default(),
         }
     }
@@ -161,6 +165,9 @@ struct Inner {
     // Field order is drop order: plans before the handle.
     plans: Mutex<HashMap<PlanKey, Arc<Plan>>>,
     workspaces: Mutex<HashMap<u64, Tensor<u32>>>,
+    /// The stream a new plan's first call runs on (which loads its kernel), made on first
+    /// use.
+    warm: Mutex<Option<Stream>>,
     handle: Option<Handle>,
 }
 
@@ -197,6 +204,7 @@ impl CublasLt {
                 device: device.clone(),
                 plans: Mutex::default(),
                 workspaces: Mutex::default(),
+                warm: Mutex::default(),
                 handle,
             }),
         })
@@ -313,14 +321,94 @@ impl CublasLt {
         if let Some(p) = lock(&self.inner.plans).get(&key) {
             return Ok(p.clone());
         }
-        let handle = self
-            .inner
-            .handle
-            .as_ref()
-            .ok_or_else(|| Error::Internal("a cuBLASLt plan on the CPU backend".into()))?;
-        let plan = Arc::new(build_plan(handle.0, key)?);
+        let plan = Arc::new(build_plan(self.handle()?, key)?);
         lock(&self.inner.plans).insert(key, plan.clone());
         Ok(plan)
+    }
+
+    fn handle(&self) -> Result<sys::cublasLtHandle_t> {
+        self.inner
+            .handle
+            .as_ref()
+            .map(|h| h.0)
+            .ok_or_else(|| Error::Internal("a cuBLASLt call on the CPU backend".into()))
+    }
+
+    /// Builds the plan of `key` if it is new and runs it once, synchronously, on the warm
+    /// stream: `a` and `w` are read (their values do not matter), `r` too when the key has
+    /// the residual, and the result goes to scratch memory. That loads the plan's kernel
+    /// (CUDA loads library kernels on their first launch, which may synchronise the
+    /// context) before any proxy waits for a chunk that runs it.
+    fn warm_up(&self, key: PlanKey, a: u64, w: u64, r: Option<u64>) -> Result<()> {
+        if lock(&self.inner.plans).contains_key(&key) {
+            return Ok(());
+        }
+        let plan = Arc::new(build_plan(self.handle()?, key)?);
+        let scratch = Tensor::<bf16>::empty(&self.inner.device, &[key.rows.max(1), key.ldc.max(1)])?;
+        let mut warm = lock(&self.inner.warm);
+        if warm.is_none() {
+            *warm = Some(Stream::new(&self.inner.device)?);
+        }
+        let stream = warm
+            .as_ref()
+            .ok_or_else(|| Error::Internal("the warm-up stream was not made".into()))?;
+        let ws = self.workspace(stream)?;
+        // SAFETY: `a`, `w` and `r` hold the shapes of `key` (checked at bind time) and stay
+        // allocated (the caller's launch keeps them); the scratch holds `rows × ldc` values;
+        // the stream is synchronised before the scratch is dropped.
+        unsafe {
+            self.call(
+                &plan,
+                (a, w, r.unwrap_or(scratch.addr()), scratch.addr()),
+                r.is_some(),
+                ws,
+                stream,
+            )?
+        };
+        stream.synchronize()?;
+        lock(&self.inner.plans).insert(key, plan);
+        Ok(())
+    }
+
+    /// Enqueues one `cublasLtMatmul` of `plan` on `stream`: `d = a·wᵀ (+ c)`.
+    ///
+    /// # Safety
+    /// The addresses hold the plan's shapes and stay allocated until the call is done;
+    /// `ws` is `stream`'s own workspace of [`WORKSPACE_BYTES`].
+    unsafe fn call(
+        &self,
+        plan: &Plan,
+        (a, w, c, d): (u64, u64, u64, u64),
+        residual: bool,
+        ws: u64,
+        stream: &Stream,
+    ) -> Result<()> {
+        let cu = stream
+            .cu_stream()
+            .ok_or_else(|| Error::Internal("a cuBLASLt call on a stream without a CUDA handle".into()))?;
+        let (alpha, beta) = (1f32, if residual { 1f32 } else { 0f32 });
+        // SAFETY: the caller's contract; live handle, plan and stream.
+        unsafe {
+            lt::matmul(
+                self.handle()?,
+                plan.desc,
+                (&alpha) as *const f32 as *const _,
+                (&beta) as *const f32 as *const _,
+                w as *const _,
+                plan.w_layout,
+                a as *const _,
+                plan.a_layout,
+                c as *const _,
+                plan.c_layout,
+                d as *mut _,
+                plan.c_layout,
+                &plan.algo,
+                ws as *mut _,
+                WORKSPACE_BYTES,
+                cu as *mut _,
+            )
+        }
+        .map_err(|e| lt_error("enqueueing a GEMM", e))
     }
 
     /// The workspace of `stream`, made on its first call.
@@ -474,51 +562,39 @@ impl GemmChunk {
     }
 }
 
-impl ChunkOp for GemmChunk {
-    unsafe fn enqueue(&self, chunk: Chunk, _lane: usize, stream: &Stream) -> Result<()> {
-        let (rows, cols, a, w, c, r) = self.part(chunk);
-        let handle = self
-            .lt
-            .inner
-            .handle
-            .as_ref()
-            .ok_or_else(|| Error::Internal("a cuBLASLt call on the CPU backend".into()))?;
-        let cu = stream
-            .cu_stream()
-            .ok_or_else(|| Error::Internal("a cuBLASLt call on a stream without a CUDA handle".into()))?;
-        let plan = self.lt.plan(PlanKey {
+impl GemmChunk {
+    fn key(&self, rows: usize, cols: usize) -> PlanKey {
+        PlanKey {
             rows,
             cols,
             k: self.k,
             ldc: self.n,
-            residual: r.is_some(),
-        })?;
-        let ws = self.lt.workspace(stream)?;
-        let (alpha, beta) = (1f32, if r.is_some() { 1f32 } else { 0f32 });
-        // SAFETY: live handle, plan and stream; the addresses are the chunk's part of
-        // operands whose shapes were checked at bind time and which the caller keeps
-        // alive until the call is done; the workspace is this stream's own.
-        unsafe {
-            lt::matmul(
-                handle.0,
-                plan.desc,
-                (&alpha) as *const f32 as *const _,
-                (&beta) as *const f32 as *const _,
-                w as *const _,
-                plan.w_layout,
-                a as *const _,
-                plan.a_layout,
-                r.unwrap_or(c) as *const _,
-                plan.c_layout,
-                c as *mut _,
-                plan.c_layout,
-                &plan.algo,
-                ws as *mut _,
-                WORKSPACE_BYTES,
-                cu as *mut _,
-            )
+            residual: self.r.is_some(),
         }
-        .map_err(|e| lt_error(format!("enqueueing a {rows}×{cols}×{} GEMM", self.k), e))
+    }
+}
+
+impl ChunkOp for GemmChunk {
+    fn prepare(&self, chunks: &[Chunk], side: &[Stream; 2]) -> Result<()> {
+        for s in side {
+            self.lt.workspace(s)?;
+        }
+        for &c in chunks {
+            let (rows, cols, a, w, _, r) = self.part(c);
+            self.lt.warm_up(self.key(rows, cols), a, w, r)?;
+        }
+        Ok(())
+    }
+
+    unsafe fn enqueue(&self, chunk: Chunk, _lane: usize, stream: &Stream) -> Result<()> {
+        let (rows, cols, a, w, c, r) = self.part(chunk);
+        let plan = self.lt.plan(self.key(rows, cols))?;
+        let ws = self.lt.workspace(stream)?;
+        // SAFETY: the addresses are the chunk's part of operands whose shapes were checked
+        // at bind time and which the caller keeps alive until the call is done; the
+        // workspace is this stream's own.
+        unsafe { self.lt.call(&plan, (a, w, r.unwrap_or(c), c), r.is_some(), ws, stream) }
+            .map_err(|e| Error::Invalid(format!("{e} ({rows}×{cols}×{})", self.k)))
     }
 
     unsafe fn run_on_host(&self, chunk: Chunk) {

@@ -138,6 +138,16 @@ pub trait ChunkOp: Send + Sync + 'static {
     /// the chunk is done) and `stream` belongs to their device.
     unsafe fn enqueue(&self, chunk: Chunk, lane: usize, stream: &Stream) -> Result<()>;
 
+    /// Readies everything the chunks will need before any of them is enqueued (GPU only):
+    /// plans, workspaces on the side streams `side`, and the operation's kernels loaded.
+    /// It runs before the proxy is launched, because loading a kernel (CUDA's lazy
+    /// loading) may synchronise the context, which would wait for ever on a proxy whose
+    /// chunks are not enqueued yet. The default does nothing.
+    fn prepare(&self, chunks: &[Chunk], side: &[Stream; 2]) -> Result<()> {
+        let _ = (chunks, side);
+        Ok(())
+    }
+
     /// Runs chunk `chunk` on the host: the CPU backend's implementation of the operation.
     ///
     /// # Safety

@@ -12,11 +12,12 @@ use megaops_device::sync::{CtaRemap, KernelCtx, MAX_RANK};
 use std::sync::Arc;
 
 /// Work a launch brings to its AsyncStream's side streams. The AsyncStream calls
-/// [`SideWork::prepare`] on the launch's lane before the launch, then the side streams wait
-/// for the lane's work so far, then [`SideWork::enqueue`] runs right after the launch.
+/// [`SideWork::prepare`] before the launch, then the side streams wait for the lane's work
+/// so far, then [`SideWork::enqueue`] runs right after the launch.
 pub(crate) trait SideWork: Send + Sync {
-    /// Enqueues what must precede the side work on the launch's lane (clearing flags).
-    fn prepare(&self, lane: &Stream) -> Result<()>;
+    /// Readies the work (see [`ChunkOp::prepare`]) and enqueues what must precede it on
+    /// the launch's lane (clearing flags).
+    fn prepare(&self, lane: &Stream, side: &[Stream; 2]) -> Result<()>;
     /// Enqueues the work on the two side streams.
     fn enqueue(&self, side: &[Stream; 2]) -> Result<()>;
 }
@@ -92,7 +93,10 @@ impl ChunkedWork {
 }
 
 impl SideWork for ChunkedWork {
-    fn prepare(&self, lane: &Stream) -> Result<()> {
+    fn prepare(&self, lane: &Stream, side: &[Stream; 2]) -> Result<()> {
+        if self.device.is_cuda() {
+            self.op.prepare(&self.chunks, side)?;
+        }
         lane.fill_words(&self.flags, 0, 3 * self.chunks.len() + 1, 0)
     }
 

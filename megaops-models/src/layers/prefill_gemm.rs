@@ -3,6 +3,7 @@
 //! (`megaops::subkernel::cublaslt`). The decode path always runs its GEMV kernels.
 
 use megaops::launch::{AsInput, AsOutput, LaunchOptions, LaunchTarget};
+use megaops::subkernel::Wrappers;
 use megaops::subkernel::cublaslt::{CublasLt, GemmAxis, GemmChunks, Shaped};
 use megaops::{Device, R2, Result, Tensor, bf16};
 use megaops_kernels::gemm::matmul;
@@ -64,6 +65,8 @@ pub enum PrefillGemm {
         lt: CublasLt,
         /// At most this many chunks of rows per GEMM.
         chunks: usize,
+        /// What holds each chunk until its proxy lets it go.
+        wrappers: Wrappers,
     },
 }
 
@@ -95,6 +98,7 @@ impl PrefillGemm {
         Ok(PrefillGemm::CublasLt {
             lt: CublasLt::new(device)?,
             chunks,
+            wrappers: Wrappers::StreamMemOps,
         })
     }
 
@@ -102,7 +106,12 @@ impl PrefillGemm {
     pub fn name(&self) -> String {
         match self {
             PrefillGemm::Rust => "rust".into(),
-            PrefillGemm::CublasLt { chunks, .. } => format!("cublaslt:{chunks}"),
+            PrefillGemm::CublasLt {
+                chunks,
+                wrappers: Wrappers::StreamMemOps,
+                ..
+            } => format!("cublaslt:{chunks}"),
+            PrefillGemm::CublasLt { chunks, .. } => format!("cublaslt:{chunks} (wait kernels)"),
         }
     }
 
@@ -122,12 +131,17 @@ impl PrefillGemm {
     ) -> Result<()> {
         match self {
             PrefillGemm::Rust => matmul::launch_with(on, opts, a, w, c, m, n, k),
-            PrefillGemm::CublasLt { lt, chunks: default } => {
+            PrefillGemm::CublasLt {
+                lt,
+                chunks: default,
+                wrappers,
+            } => {
                 let most = chunks.map_or(*default, |c| c as usize);
                 let chunks = GemmChunks {
                     chunks: most.min((m as usize).div_ceil(CHUNK_ALIGN)).max(1),
                     along: GemmAxis::Rows,
                     align: CHUNK_ALIGN,
+                    wrappers: *wrappers,
                     launch: LaunchOptions {
                         timeout: opts.timeout,
                         ..LaunchOptions::default()
