@@ -8,13 +8,15 @@
 //! 1. waits for the data tiles chunk `c` reads of every input (`wait_input`);
 //! 2. sets *go* (`st.release.gpu`): the wrapper holding the chunk on its side stream lets
 //!    it start;
-//! 3. waits for *started*, then counts the started chunks; the CTA that counts the last
-//!    one raises the AsyncStream begin flag. So the next launch starts only once every
-//!    chunk has reached its GPU queue (deadlock freedom: a consumer's CTAs cannot take the
-//!    SMs a chunk still needs before the chunk is there; the side streams have the
-//!    greatest priority);
-//! 4. waits for *done*, resets the three flags to 0 (the same flags serve every replay of
-//!    a graph), then signals the data tiles chunk `c` wrote of the output
+//! 3. waits for *started* and counts it; then waits for *done* and counts it. The event
+//!    after which every chunk has started and one chunk is done raises the AsyncStream
+//!    begin flag. So the next launch starts only once every chunk has reached its GPU
+//!    queue (deadlock freedom: a consumer's CTAs cannot take the SMs a chunk still needs
+//!    before the chunk is there; the side streams have the greatest priority), and not
+//!    before there is output to consume (a consumer's CTAs would only spin on SMs the
+//!    running chunks need; with one chunk the next launch follows the chunk);
+//! 4. resets the three flags and the count to 0 (the same flags serve every replay of a
+//!    graph), then signals the data tiles chunk `c` wrote of the output
 //!    (`signal_output`).
 //!
 //! Every wait has the protocol's timeout. A failed input wait still releases the chunk (its
@@ -74,7 +76,7 @@ impl ChunkSpan {
 #[derive(Clone, Copy, Debug)]
 pub struct ProxyArgs {
     /// `3·chunks + 1` words: the go flags, the started flags, the done flags, the count of
-    /// started chunks. All zero between operations.
+    /// started (low 16 bits) and done (high 16 bits) chunks. All zero between operations.
     pub flags: *mut i32,
     /// Number of chunks (= CTAs of the proxy).
     pub chunks: u32,
@@ -88,6 +90,18 @@ pub struct ProxyArgs {
 // kernel parameters and CPU-backend closures, never dereferenced on the host.
 unsafe impl Send for ProxyArgs {}
 unsafe impl Sync for ProxyArgs {}
+
+/// What a started chunk adds to the proxy's count.
+const STARTED: i32 = 1;
+/// What a finished chunk adds to the proxy's count.
+const DONE: i32 = 1 << 16;
+
+/// Whether the count lets the next launch go: every one of the `n` chunks has started and
+/// one is done.
+#[inline(always)]
+fn release_ready(count: i32, n: u32) -> bool {
+    count & (DONE - 1) == n as i32 && count >> 16 >= 1
+}
 
 /// The body of CTA `blockIdx.x` of a proxy with `N` synchronised inputs (see the module
 /// docs). Every thread of the CTA runs it; one warp is enough.
@@ -127,18 +141,29 @@ pub unsafe fn subkernel_proxy<const N: usize>(
         unsafe {
             let count = args.flags.add((3 * n) as usize);
             atomic::store(go.sem as *mut i32, 1, Release, Gpu);
-            if wait_one(ctx, &started) {
-                if atomic::add(count, 1, AcqRel, Gpu) + 1 == n as i32 {
-                    // Every other chunk has counted itself: nobody touches the count again
-                    // in this operation.
-                    atomic::store(count, 0, Relaxed, Gpu);
+            // Each event adds to the count (started: 1, done: 1 << 16) and learns the
+            // count before it, so exactly one event sees the next launch's condition
+            // come true, and the last event (the last chunk done) sees all of them.
+            let event = |step: i32| {
+                let before = atomic::add(count, step, AcqRel, Gpu);
+                let after = before.wrapping_add(step);
+                if !release_ready(before, n) && release_ready(after, n) {
                     let all = KernelCtx { begin_cta: 0, ..*ctx };
                     kernel_begin_cta(&all);
                 }
+                after
+            };
+            if wait_one(ctx, &started) {
+                event(STARTED);
             } else {
                 failed = true;
             }
             if wait_one(ctx, &done) {
+                if event(DONE) == (n as i32) * (STARTED + DONE) {
+                    // Every chunk started and is done: nobody touches the count again in
+                    // this operation.
+                    atomic::store(count, 0, Relaxed, Gpu);
+                }
                 // The chunk's side stream is past its wait for `go` and its write of
                 // `started` (it wrote `done` after them): the flags are free again.
                 for f in [&done, &started, &go] {

@@ -20,9 +20,11 @@
 //!
 //! **Deadlock freedom.** The next launch waits (AsyncStream's rule) until every chunk has
 //! *started*, i.e. reached its GPU queue, on a stream of greater priority than the
-//! AsyncStream's, before the next launch's CTAs can take SMs it needs. With two side
-//! streams, chunk `c + 2` starts after chunk `c` is done, so a consumer of the output
-//! starts once all but the last two chunks are done, and overlaps those.
+//! AsyncStream's, before the next launch's CTAs can take SMs it needs; and until one chunk
+//! is done, since before that a consumer's CTAs could only spin on SMs the chunks need.
+//! With two side streams, chunk `c + 2` starts after chunk `c` is done, so a consumer of
+//! the output starts once all but the last two chunks are done, and overlaps those; after
+//! a single chunk it starts when the chunk is done.
 //!
 //! On the CPU backend the same proxy, flags and side streams run; the wait is the runtime's
 //! wait kernel, the flag writes are host writes in stream order (the virtual GPU has no
