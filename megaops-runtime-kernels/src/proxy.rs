@@ -9,12 +9,12 @@
 //! 2. sets *go* (`st.release.gpu`): the wrapper holding the chunk on its side stream lets
 //!    it start;
 //! 3. waits for *started* and counts it; then waits for *done* and counts it. The event
-//!    after which every chunk has started and one chunk is done raises the AsyncStream
-//!    begin flag. So the next launch starts only once every chunk has reached its GPU
-//!    queue (deadlock freedom: a consumer's CTAs cannot take the SMs a chunk still needs
-//!    before the chunk is there; the side streams have the greatest priority), and not
-//!    before there is output to consume (a consumer's CTAs would only spin on SMs the
-//!    running chunks need; with one chunk the next launch follows the chunk);
+//!    after which every chunk is done raises the AsyncStream begin flag: the next launch
+//!    (typically a consumer of the output) starts after the chunks. A closed-source
+//!    kernel's CTAs cannot be seen starting; were the next launch to start earlier, its
+//!    CTAs could take SMs a chunk still needs and spin there for its output (on the
+//!    H200 that stalled a one-chunk cuBLASLt GEMM for good). The producers before the
+//!    subkernel still overlap it: each chunk starts as soon as its inputs are ready;
 //! 4. resets the three flags and the count to 0 (the same flags serve every replay of a
 //!    graph), then signals the data tiles chunk `c` wrote of the output
 //!    (`signal_output`).
@@ -96,11 +96,10 @@ const STARTED: i32 = 1;
 /// What a finished chunk adds to the proxy's count.
 const DONE: i32 = 1 << 16;
 
-/// Whether the count lets the next launch go: every one of the `n` chunks has started and
-/// one is done.
+/// Whether the count lets the next launch go: every one of the `n` chunks is done.
 #[inline(always)]
 fn release_ready(count: i32, n: u32) -> bool {
-    count & (DONE - 1) == n as i32 && count >> 16 >= 1
+    count >> 16 == n as i32
 }
 
 /// The body of CTA `blockIdx.x` of a proxy with `N` synchronised inputs (see the module

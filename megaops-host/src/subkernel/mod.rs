@@ -18,14 +18,15 @@
 //! targets are derived; ordering, hazards, delayed release (the proxy's buffers include
 //! every operand), profiling and graph capture are the AsyncStream's.
 //!
-//! **Deadlock freedom.** The next launch waits (AsyncStream's rule) until every chunk has
-//! *started*, i.e. reached its GPU queue, on a stream of greater priority than the
-//! AsyncStream's, before the next launch's CTAs can take SMs it needs; and until one chunk
-//! is done, since before that a consumer's CTAs could only spin on SMs the chunks need.
-//! With two side streams, chunk `c + 2` starts after chunk `c` is done, so a consumer of
-//! the output starts once all but the last two chunks are done, and overlaps those; after
-//! a single chunk it starts when the chunk is done.
-//!
+//! **Deadlock freedom.** The next launch waits (AsyncStream's rule) until every chunk is
+//! done. A closed-source kernel's CTAs cannot be seen starting: a launch let go earlier (at
+//! a chunk's start) could put CTAs that spin on the chunk's output onto SMs the chunk still
+//! needs, and on the H200 a one-chunk cuBLASLt GEMM then never finished. So a consumer of a
+//! subkernel's output does not overlap it; the producers before it do (each chunk starts
+//! as soon as its rows are ready), and a subkernel consuming a MegaOps kernel overlaps it
+//! chunk by chunk. The chunks reach the SMs first in any case: their side streams have the
+//! greatest priority, and each writes *started* before it runs, which the proxy waits for.
+
 //! On the CPU backend the same proxy, flags and side streams run; the wait is the runtime's
 //! wait kernel, the flag writes are host writes in stream order (the virtual GPU has no
 //! stream memory operations) and each chunk is the operation's CPU implementation
