@@ -51,11 +51,12 @@ export MEGAOPS_BENCH_BUDGET_S=${MEGAOPS_BENCH_BUDGET_S:-25} MEGAOPS_REQUIRE_GPU=
 summary="$OUT/summary.txt"; : > "$summary"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader | tee -a "$summary"
 t0=$(date +%s)
-# TESTS' GPU tests (filter "gpu"), one binary after another, logs into $1.
+# TESTS' GPU tests (filter "gpu", extra harness arguments TEST_ARGS, e.g. --nocapture), one
+# binary after another, logs into $1.
 named_gpu_tests() {
   local dir=$1 t; mkdir -p "$dir"
   for t in ${TESTS:-}; do
-    timeout -k 5 "${TEST_TIMEOUT:-150}" "tests/$t" gpu --test-threads=1 > "$dir/test-$t.log" 2>&1
+    timeout -k 5 "${TEST_TIMEOUT:-150}" "tests/$t" gpu --test-threads=1 ${TEST_ARGS:-} > "$dir/test-$t.log" 2>&1
     echo "test $t: rc=$? $(grep -a "test result" "$dir/test-$t.log" | tail -1)" >> "$summary"
   done
 }
