@@ -119,7 +119,7 @@ pub unsafe fn fill_spans(spans: &FillSpans) {
 /// PTX entries.
 #[cfg(target_arch = "nvptx64")]
 mod entries {
-    use super::proxy::{ProxyArgs, subkernel_proxy};
+    use super::proxy::{ProxyArgs, finish_chunk, wait_chunk_input};
     use super::*;
     use megaops_device::sync::TileSync;
 
@@ -137,8 +137,9 @@ mod entries {
 
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn megaops_subkernel_proxy_0(args: ProxyArgs, ctx: KernelCtx, out: TileSync) {
-        // SAFETY: the runtime passes the flags, context and sync of one subkernel launch.
-        unsafe { subkernel_proxy(&args, &ctx, &[], &out) }
+        // SAFETY (every proxy entry): the runtime passes the flags, context and syncs of one
+        // subkernel launch, inputs first, each at its span's index.
+        unsafe { finish_chunk(&args, &ctx, true, &out, 0) }
     }
 
     #[unsafe(no_mangle)]
@@ -148,8 +149,10 @@ mod entries {
         a: TileSync,
         out: TileSync,
     ) {
-        // SAFETY: the runtime passes the flags, context and syncs of one subkernel launch.
-        unsafe { subkernel_proxy(&args, &ctx, &[a], &out) }
+        unsafe {
+            let ok = wait_chunk_input(&args, &ctx, 0, &a);
+            finish_chunk(&args, &ctx, ok, &out, 1)
+        }
     }
 
     #[unsafe(no_mangle)]
@@ -160,8 +163,10 @@ mod entries {
         b: TileSync,
         out: TileSync,
     ) {
-        // SAFETY: as above.
-        unsafe { subkernel_proxy(&args, &ctx, &[a, b], &out) }
+        unsafe {
+            let ok = wait_chunk_input(&args, &ctx, 0, &a) && wait_chunk_input(&args, &ctx, 1, &b);
+            finish_chunk(&args, &ctx, ok, &out, 2)
+        }
     }
 
     #[unsafe(no_mangle)]
@@ -173,26 +178,12 @@ mod entries {
         c: TileSync,
         out: TileSync,
     ) {
-        // SAFETY: as above.
-        unsafe { subkernel_proxy(&args, &ctx, &[a, b, c], &out) }
-    }
-
-    #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn megaops_wait_begin(flag: *const i32, token: i32, ctx: KernelCtx) {
-        // SAFETY: the runtime passes a valid flag and context.
-        unsafe { wait_begin(flag, token, ctx) }
-    }
-
-    #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn megaops_fill_spans(spans: FillSpans) {
-        // SAFETY: the runtime passes spans of live device buffers.
-        unsafe { fill_spans(&spans) }
-    }
-
-    #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn megaops_fill_u32(ptr: *mut u32, n: u64, value: u32) {
-        // SAFETY: the runtime passes a buffer of n u32s.
-        unsafe { fill_u32(ptr, n, value) }
+        unsafe {
+            let ok = wait_chunk_input(&args, &ctx, 0, &a)
+                && wait_chunk_input(&args, &ctx, 1, &b)
+                && wait_chunk_input(&args, &ctx, 2, &c);
+            finish_chunk(&args, &ctx, ok, &out, 3)
+        }
     }
 }
 

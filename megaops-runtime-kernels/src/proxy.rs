@@ -59,15 +59,33 @@ impl ChunkSpan {
     #[inline(always)]
     pub fn region(&self, sync: &TileSync, c: u32) -> [(u32, u32); MAX_RANK] {
         let mut region = [(0u32, 0u32); MAX_RANK];
-        for (d, r) in region.iter_mut().enumerate().take((sync.rank as usize).min(MAX_RANK)) {
+        // Constant indices only (unrolled), so the arrays stay in registers.
+        #[allow(clippy::needless_range_loop)]
+        for d in 0..MAX_RANK {
             let size = sync.dims[d].size;
-            *r = if d as u32 == self.dim {
-                tile_region(c, self.chunk, size)
-            } else {
-                (0, size)
-            };
+            if (d as u32) < sync.rank {
+                region[d] = if d as u32 == self.dim {
+                    tile_region(c, self.chunk, size)
+                } else {
+                    (0, size)
+                };
+            }
         }
         region
+    }
+
+    /// The kernel tile of a producer whose tiles are these chunks: `chunk` elements along
+    /// `dim`, the whole of every other dimension.
+    #[inline(always)]
+    pub fn ktile(&self) -> [u32; MAX_RANK] {
+        let mut ktile = [0u32; MAX_RANK];
+        #[allow(clippy::needless_range_loop)]
+        for d in 0..MAX_RANK {
+            if d as u32 == self.dim {
+                ktile[d] = self.chunk;
+            }
+        }
+        ktile
     }
 }
 
@@ -102,27 +120,33 @@ fn release_ready(count: i32, n: u32) -> bool {
     count >> 16 == n as i32
 }
 
-/// The body of CTA `blockIdx.x` of a proxy with `N` synchronised inputs (see the module
-/// docs). Every thread of the CTA runs it; one warp is enough.
+/// Step 1 of CTA `blockIdx.x` of a proxy (see the module docs) for its input `i`: waits
+/// for the data tiles chunk `blockIdx.x` reads of the input `sync` synchronises. Returns
+/// `false` if the wait failed. Every thread of the CTA runs it (one warp is enough); a
+/// proxy entry calls it for each input in order, stopping at the first failure, then
+/// [`finish_chunk`].
 ///
 /// # Safety
-/// `args.flags` holds `3·chunks + 1` device words; the syncs describe valid semaphores
-/// (or are inactive); `ctx` is a valid launch context; the grid has `chunks` CTAs.
+/// `sync` describes valid semaphores (or is inactive); `ctx` is a valid launch context;
+/// `i < PROXY_MAX_TENSORS`.
 #[inline(always)]
-pub unsafe fn subkernel_proxy<const N: usize>(
-    args: &ProxyArgs,
-    ctx: &KernelCtx,
-    inputs: &[TileSync; N],
-    output: &TileSync,
-) {
+pub unsafe fn wait_chunk_input(args: &ProxyArgs, ctx: &KernelCtx, i: usize, sync: &TileSync) -> bool {
     let c = block_idx_x();
-    let mut ok = true;
-    for (i, sync) in inputs.iter().enumerate() {
-        if ok {
-            // SAFETY: the caller's contract.
-            ok = unsafe { wait_input(ctx, c, sync, &args.spans[i].region(sync, c)) };
-        }
-    }
+    // SAFETY: the caller's contract.
+    unsafe { wait_input(ctx, c, sync, &args.spans[i].region(sync, c)) }
+}
+
+/// Steps 2–4 of CTA `blockIdx.x` of a proxy (see the module docs) after its inputs'
+/// waits (`ok`: all of them succeeded): lets the chunk go, waits for it, and signals the
+/// output `output`, whose chunk span is `args.spans[out]`.
+///
+/// # Safety
+/// `args.flags` holds `3·chunks + 1` device words; `output` describes valid semaphores
+/// (or is inactive); `ctx` is a valid launch context; the grid has `chunks` CTAs;
+/// `out < PROXY_MAX_TENSORS`.
+#[inline(always)]
+pub unsafe fn finish_chunk(args: &ProxyArgs, ctx: &KernelCtx, ok: bool, output: &TileSync, out: usize) {
+    let c = block_idx_x();
     let mut failed = !ok;
     if linear_thread_idx() == 0 {
         let n = args.chunks;
@@ -165,21 +189,17 @@ pub unsafe fn subkernel_proxy<const N: usize>(
                 }
                 // The chunk's side stream is past its wait for `go` and its write of
                 // `started` (it wrote `done` after them): the flags are free again.
-                for f in [&done, &started, &go] {
-                    atomic::store(f.sem as *mut i32, 0, Relaxed, Gpu);
-                }
+                atomic::store(done.sem as *mut i32, 0, Relaxed, Gpu);
+                atomic::store(started.sem as *mut i32, 0, Relaxed, Gpu);
+                atomic::store(go.sem as *mut i32, 0, Relaxed, Gpu);
             } else {
                 failed = true;
             }
         }
     }
-    let region = args.spans[N].region(output, c);
-    let mut ktile = [0u32; MAX_RANK];
-    if args.spans[N].dim != WHOLE_TENSOR && (args.spans[N].dim as usize) < MAX_RANK {
-        ktile[args.spans[N].dim as usize] = args.spans[N].chunk;
-    }
+    let region = args.spans[out].region(output, c);
     let producer = ProducerTile {
-        ktile,
+        ktile: args.spans[out].ktile(),
         split: 1,
         split_index: 0,
     };

@@ -372,19 +372,19 @@ impl<'a> SubkernelLaunch<'a> {
 /// many inputs runs it.
 ///
 /// # Safety
-/// As [`megaops_runtime_kernels::proxy::subkernel_proxy`].
+/// As [`megaops_runtime_kernels::proxy::finish_chunk`].
 unsafe fn run_proxy(args: &ProxyArgs, ctx: &KernelCtx, syncs: &[TileSync]) {
-    use megaops_runtime_kernels::proxy::subkernel_proxy;
-    // SAFETY: forwarded.
+    use megaops_runtime_kernels::proxy::{finish_chunk, wait_chunk_input};
+    let Some((out, inputs)) = syncs.split_last() else {
+        return;
+    };
+    // SAFETY: forwarded; `input` bounds the inputs below `PROXY_MAX_TENSORS`.
     unsafe {
-        match syncs {
-            [out] => subkernel_proxy(args, ctx, &[], out),
-            [a, out] => subkernel_proxy(args, ctx, &[*a], out),
-            [a, b, out] => subkernel_proxy(args, ctx, &[*a, *b], out),
-            [a, b, c, out] => subkernel_proxy(args, ctx, &[*a, *b, *c], out),
-            // `input` refuses more inputs than the proxy has entries for.
-            _ => {}
+        let mut ok = true;
+        for (i, sync) in inputs.iter().enumerate() {
+            ok = ok && wait_chunk_input(args, ctx, i, sync);
         }
+        finish_chunk(args, ctx, ok, out, inputs.len());
     }
 }
 
