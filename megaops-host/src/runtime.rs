@@ -175,6 +175,31 @@ mod tests {
     use crate::tensor::Tensor;
     use megaops_device::cpu::VgpuConfig;
 
+    /// Every entry the runtime launches is in the embedded PTX of every architecture (the
+    /// CPU backend runs the bodies, so only this sees an entry lost from the PTX).
+    #[test]
+    fn the_runtime_ptx_has_every_entry_the_runtime_launches() {
+        let entries = [
+            "megaops_wait_begin",
+            "megaops_wait_word",
+            "megaops_fill_spans",
+            "megaops_fill_u32",
+            "megaops_subkernel_proxy_0",
+            "megaops_subkernel_proxy_1",
+            "megaops_subkernel_proxy_2",
+            "megaops_subkernel_proxy_3",
+        ];
+        assert!(!RUNTIME_PTX.ptx.is_empty());
+        for (arch, ptx) in RUNTIME_PTX.ptx {
+            for e in entries {
+                assert!(
+                    ptx.contains(&format!(".entry {e}(")),
+                    "{arch}: no `.entry {e}` in the runtime kernels' PTX"
+                );
+            }
+        }
+    }
+
     /// Spans of several tensors, more than one launch's worth, each set to its own value;
     /// words outside the spans stay as they were.
     #[test]

@@ -185,6 +185,24 @@ mod entries {
             finish_chunk(&args, &ctx, ok, &out, 3)
         }
     }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn megaops_wait_begin(flag: *const i32, token: i32, ctx: KernelCtx) {
+        // SAFETY: the runtime passes a valid flag and context.
+        unsafe { wait_begin(flag, token, ctx) }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn megaops_fill_spans(spans: FillSpans) {
+        // SAFETY: the runtime passes spans of live device buffers.
+        unsafe { fill_spans(&spans) }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn megaops_fill_u32(ptr: *mut u32, n: u64, value: u32) {
+        // SAFETY: the runtime passes a buffer of n u32s.
+        unsafe { fill_u32(ptr, n, value) }
+    }
 }
 
 /// The embedded PTX, one module per architecture.
