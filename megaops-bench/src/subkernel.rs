@@ -233,7 +233,7 @@ fn gemm_row(
     {
         let g = GemmChunks {
             chunks,
-            along: GemmAxis::Rows,
+            along: GemmAxis::M,
             align: 64,
             wrappers,
             ..GemmChunks::default()

@@ -137,7 +137,7 @@ fn chains(small: bool) -> Vec<Chain> {
     };
     let mut v = Vec::new();
     for (i, chunks) in [1usize, 2, 3, 5, 16].into_iter().enumerate() {
-        for along in [GemmAxis::Rows, GemmAxis::Cols] {
+        for along in [GemmAxis::M, GemmAxis::N] {
             v.push(Chain {
                 m,
                 k,
@@ -147,7 +147,7 @@ fn chains(small: bool) -> Vec<Chain> {
                 chunks: GemmChunks {
                     chunks,
                     along,
-                    align: if along == GemmAxis::Rows { 16 } else { 8 },
+                    align: if along == GemmAxis::M { 16 } else { 8 },
                     ..GemmChunks::default()
                 },
                 graph: i == 2,
@@ -495,7 +495,7 @@ fn chunked_against_one_call(dev: &Device, lt: &CublasLt, (m, n, k): (usize, usiz
     );
     let s = AsyncStream::new(dev, 2)?;
     for chunks in [1, 2, 4, 7, 16] {
-        for along in [GemmAxis::Rows, GemmAxis::Cols] {
+        for along in [GemmAxis::M, GemmAxis::N] {
             let mut c = Tiled::new(dev, &[m, n], Rows::<64>, "c")?;
             c.tensor().fill(POISON)?;
             let g = GemmChunks {

@@ -60,13 +60,13 @@ impl<X: AsInput<bf16, R2> + Shaped + ?Sized> Operand for X {}
 pub trait Destination: AsOutput<bf16, R2> + Shaped {}
 impl<X: AsOutput<bf16, R2> + Shaped + ?Sized> Destination for X {}
 
-/// Which dimension of `C` the chunks cut.
+/// Which dimension of `C[m, n]` the chunks cut.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GemmAxis {
     /// Rows (`m`): chunk `c` reads its rows of `A` (and of `R`) and all of `W`.
-    Rows,
+    M,
     /// Columns (`n`): chunk `c` reads all of `A` and its rows of `W`.
-    Cols,
+    N,
 }
 
 /// How a GEMM subkernel is chunked.
@@ -97,7 +97,7 @@ impl Default for GemmChunks {
     fn default() -> Self {
         GemmChunks {
             chunks: 4,
-            along: GemmAxis::Rows,
+            along: GemmAxis::M,
             align: 64,
             wrappers: Wrappers::StreamMemOps,
             launch: LaunchOptions::default(),
@@ -231,8 +231,8 @@ impl CublasLt {
     ) -> Result<()> {
         let (m, n, k) = gemm_shape(a.dims(), w.shape(), c.dims(), residual.map(|r| r.dims()))?;
         let (extent, align) = match chunks.along {
-            GemmAxis::Rows => (m, chunks.align.max(1)),
-            GemmAxis::Cols => (n, chunks.align.max(1).div_ceil(8) * 8),
+            GemmAxis::M => (m, chunks.align.max(1)),
+            GemmAxis::N => (n, chunks.align.max(1).div_ceil(8) * 8),
         };
         let chunking = Chunking::new(extent, chunks.chunks, align)?;
         let device = target.device().clone();
@@ -243,7 +243,7 @@ impl CublasLt {
             chunking,
             Wrappers::StreamMemOps,
         )?;
-        let rows = (chunks.along == GemmAxis::Rows).then_some(0);
+        let rows = (chunks.along == GemmAxis::M).then_some(0);
         let (mu, nu, ku) = (m as u64, n as u64, k as u64);
         let a_addr = l.input("a", a, &[mu, ku], rows)?;
         let r_addr = residual.map(|r| l.input("residual", r, &[mu, nu], rows)).transpose()?;
@@ -296,7 +296,7 @@ impl CublasLt {
             m,
             n,
             k,
-            along: GemmAxis::Rows,
+            along: GemmAxis::M,
         };
         let whole = Chunk {
             index: 0,
@@ -539,7 +539,7 @@ impl GemmChunk {
         const B: u64 = 2; // bytes per bf16
         let s = chunk.start as u64;
         match self.along {
-            GemmAxis::Rows => {
+            GemmAxis::M => {
                 let (a, c) = (s * self.k as u64 * B, s * self.n as u64 * B);
                 (
                     chunk.len(),
@@ -550,7 +550,7 @@ impl GemmChunk {
                     self.r.map(|r| r + c),
                 )
             }
-            GemmAxis::Cols => (
+            GemmAxis::N => (
                 self.m,
                 chunk.len(),
                 self.a,

@@ -139,7 +139,7 @@ impl PrefillGemm {
                 let most = chunks.map_or(*default, |c| c as usize);
                 let chunks = GemmChunks {
                     chunks: most.min((m as usize).div_ceil(CHUNK_ALIGN)).max(1),
-                    along: GemmAxis::Rows,
+                    along: GemmAxis::M,
                     align: CHUNK_ALIGN,
                     wrappers: *wrappers,
                     launch: LaunchOptions {
