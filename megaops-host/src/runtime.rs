@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::module::PtxModule;
 use crate::param::{ParamBytes, param_bytes};
 use crate::stream::{Event, Stream};
-use megaops_device::sync::KernelCtx;
+use megaops_device::sync::{CtaRemap, ErrorLog, KernelCtx, MAX_RANK};
 use megaops_runtime_kernels::{FillSpan, FillSpans, MAX_FILL_SPANS};
 use std::sync::Arc;
 
@@ -42,6 +42,23 @@ unsafe fn launch(
     };
     // SAFETY: the caller's contract.
     unsafe { stream.launch_raw(&l, keep) }
+}
+
+/// The context of a runtime wait kernel (one CTA, no begin flag, no remap, no trace):
+/// launch `launch_id`, giving up after `timeout_ns` into the error log `errors`.
+pub(crate) fn wait_ctx(launch_id: u32, timeout_ns: u64, errors: *mut ErrorLog) -> KernelCtx {
+    KernelCtx {
+        begin_flag: std::ptr::null_mut(),
+        begin_token: 0,
+        begin_cta: 0,
+        launch_id,
+        remap: CtaRemap::IDENTITY,
+        tile_grid: [1; MAX_RANK],
+        num_tiles: 1,
+        timeout_ns,
+        errors,
+        trace: std::ptr::null_mut(),
+    }
 }
 
 /// Enqueues AsyncStream's wait kernel on `stream`: it holds later work there until the

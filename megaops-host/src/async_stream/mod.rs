@@ -40,7 +40,6 @@ use crate::tensor::Tensor;
 use crate::tiled::TiledState;
 use graph::SemaphoreRestore;
 use hazards::Hazards;
-use megaops_device::sync::{CtaRemap, KernelCtx, MAX_RANK};
 use std::sync::{Arc, Mutex};
 
 /// Several streams that run MegaOps kernels with tile-level overlap.
@@ -379,18 +378,7 @@ impl LaunchTarget for AsyncStream {
         let wait = match inner.prev {
             Some((ps, token, prev_kernel)) if self.overlap && self.begin_wait && ps != s => {
                 let wait_id = self.device.next_launch_id();
-                let ctx = KernelCtx {
-                    begin_flag: std::ptr::null_mut(),
-                    begin_token: 0,
-                    begin_cta: 0,
-                    launch_id: wait_id,
-                    remap: CtaRemap::IDENTITY,
-                    tile_grid: [1; MAX_RANK],
-                    num_tiles: 1,
-                    timeout_ns: launch.ctx.timeout_ns,
-                    errors: launch.ctx.errors,
-                    trace: std::ptr::null_mut(),
-                };
+                let ctx = runtime::wait_ctx(wait_id, launch.ctx.timeout_ns, launch.ctx.errors);
                 self.device.notes().insert(
                     wait_id,
                     LaunchNote {

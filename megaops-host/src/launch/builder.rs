@@ -384,10 +384,12 @@ impl<'a> KernelLaunch<'a> {
         self.args = args;
     }
 
-    /// Records that the launch reads (`write = false`) or writes a plain tensor that is not
-    /// one of its kernel parameters (a subkernel's operand): kept alive and ordered like one.
-    pub(crate) fn touch<T: DType>(&mut self, param: &str, x: &Tensor<T>, write: bool) -> Result<()> {
+    /// Records that the launch reads (`write = false`) or writes a plain tensor of shape
+    /// `shape` that is not one of its kernel parameters (a subkernel's operand): checked,
+    /// kept alive and ordered like one.
+    pub(crate) fn touch<T: DType>(&mut self, param: &str, x: &Tensor<T>, shape: &[u64], write: bool) -> Result<()> {
         self.check_device(param, x.device())?;
+        self.check_shape(param, x.shape(), shape)?;
         self.buffers.push(x.buffer().clone());
         self.accesses.push(Access {
             buffer: x.buffer().clone(),

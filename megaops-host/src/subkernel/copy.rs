@@ -54,14 +54,7 @@ pub fn copy_rows<T: DType, R: Rank>(
             dst.dims()
         )));
     }
-    let rows = *shape
-        .first()
-        .ok_or_else(|| Error::shape("a copy of rows needs a tensor of rank ≥ 1".to_string()))?;
-    let row_bytes = shape[1..].iter().product::<usize>() * size_of::<T>();
-    let chunking = Chunking::new(rows, chunks.chunks, chunks.align.max(1))?;
-    let device = target.device().clone();
-    let mut l = SubkernelLaunch::new(&device, "copy_rows", &chunks.launch, chunking, Wrappers::Kernels)?;
-    let declared: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    let (mut l, row_bytes, declared) = row_launch::<T>(target, "copy_rows", &shape, chunks)?;
     let src = l.input("src", src, &declared, Some(0))?;
     let dst = l.output("dst", dst, &declared, 0)?;
     l.submit(target, Arc::new(RowCopy { src, dst, row_bytes }))
@@ -91,18 +84,28 @@ pub fn upload_rows<T: DType, R: Rank>(
             src.device().name()
         )));
     }
-    let rows = *shape
-        .first()
-        .ok_or_else(|| Error::shape("an upload of rows needs a tensor of rank ≥ 1".to_string()))?;
-    let row_bytes = shape[1..].iter().product::<usize>() * size_of::<T>();
-    let chunking = Chunking::new(rows, chunks.chunks, chunks.align.max(1))?;
-    let device = target.device().clone();
-    let mut l = SubkernelLaunch::new(&device, "upload_rows", &chunks.launch, chunking, Wrappers::Kernels)?;
+    let (mut l, row_bytes, declared) = row_launch::<T>(target, "upload_rows", &shape, chunks)?;
     l.keep(src.buffer().clone());
-    let declared: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
     let dst = l.output("dst", dst, &declared, 0)?;
     let src = src.buffer().addr();
     l.submit(target, Arc::new(RowCopy { src, dst, row_bytes }))
+}
+
+/// The subkernel launch of a copy of rows of a tensor of `shape` (rank ≥ 1) chunked by
+/// `chunks`, its bytes per row and its declared shape.
+fn row_launch<'a, T: DType>(
+    target: &impl LaunchTarget,
+    name: &'static str,
+    shape: &[usize],
+    chunks: &'a CopyChunks,
+) -> Result<(SubkernelLaunch<'a>, usize, Vec<u64>)> {
+    let rows = *shape
+        .first()
+        .ok_or_else(|| Error::shape(format!("`{name}` copies rows: it needs a tensor of rank ≥ 1")))?;
+    let row_bytes = shape[1..].iter().product::<usize>() * size_of::<T>();
+    let chunking = Chunking::new(rows, chunks.chunks, chunks.align.max(1))?;
+    let l = SubkernelLaunch::new(target.device(), name, &chunks.launch, chunking, Wrappers::Kernels)?;
+    Ok((l, row_bytes, shape.iter().map(|&d| d as u64).collect()))
 }
 
 /// Copies `src` into `dst` (same shape and element type) as one copy-engine transfer on

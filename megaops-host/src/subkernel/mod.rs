@@ -256,20 +256,8 @@ impl<'a> SubkernelLaunch<'a> {
     /// Binds a plain operand the chunks read (a weight): no data-tile wait, but ordered
     /// after its writers and kept alive like a kernel argument. Returns its address.
     pub fn read<T: DType>(&mut self, param: &str, x: &Tensor<T>, shape: &[usize]) -> Result<u64> {
-        if x.shape() != shape {
-            return Err(Error::Shape {
-                kernel: Some(self.name.to_string()),
-                tensor: Some(param.to_string()),
-                expected: Some(shape.to_vec()),
-                found: Some(x.shape().to_vec()),
-                message: format!(
-                    "`{}` expects `{param}` of shape {shape:?}, got {:?}",
-                    self.name,
-                    x.shape()
-                ),
-            });
-        }
-        self.launch.touch(param, x, false)?;
+        let declared: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+        self.launch.touch(param, x, &declared, false)?;
         Ok(x.addr())
     }
 
@@ -348,16 +336,16 @@ impl<'a> SubkernelLaunch<'a> {
         };
         self.launch.note_tensor(flags_id, note.clone());
         self.launch.keep(flags.buffer().clone());
-        let work = side::ChunkedWork::new(
-            &self.device,
-            self.name,
+        let work = side::ChunkedWork {
+            device: self.device.clone(),
+            name: self.name,
             op,
-            self.chunking.chunks.clone(),
-            flags.buffer().clone(),
+            chunks: self.chunking.chunks.clone(),
+            flags: flags.buffer().clone(),
             flags_id,
             note,
-            self.wrappers,
-        );
+            wrappers: self.wrappers,
+        };
         self.launch.side(Arc::new(work));
         let syncs = self.syncs;
         self.launch.submit(target, move |ctx| {

@@ -8,7 +8,6 @@ use crate::error::Result;
 use crate::notes::{LaunchNote, TensorNote};
 use crate::runtime;
 use crate::stream::Stream;
-use megaops_device::sync::{CtaRemap, KernelCtx, MAX_RANK};
 use std::sync::Arc;
 
 /// Work a launch brings to its AsyncStream's side streams. The AsyncStream calls
@@ -24,57 +23,29 @@ pub(crate) trait SideWork: Send + Sync {
 
 /// The chunks of one subkernel launch.
 pub(super) struct ChunkedWork {
-    device: Device,
-    name: &'static str,
-    op: Arc<dyn ChunkOp>,
-    chunks: Vec<Chunk>,
-    /// Go, started and done flags, the started count (`3·chunks + 1` words).
-    flags: Arc<Buffer>,
-    flags_id: u32,
-    note: TensorNote,
-    wrappers: Wrappers,
+    pub device: Device,
+    /// The operation's name, for reports.
+    pub name: &'static str,
+    pub op: Arc<dyn ChunkOp>,
+    pub chunks: Vec<Chunk>,
+    /// Go, started and done flags, the started/done count (`3·chunks + 1` words).
+    pub flags: Arc<Buffer>,
+    /// The flags' tensor id in reports, and their note.
+    pub flags_id: u32,
+    pub note: TensorNote,
+    pub wrappers: Wrappers,
 }
 
 impl ChunkedWork {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        device: &Device,
-        name: &'static str,
-        op: Arc<dyn ChunkOp>,
-        chunks: Vec<Chunk>,
-        flags: Arc<Buffer>,
-        flags_id: u32,
-        note: TensorNote,
-        wrappers: Wrappers,
-    ) -> Self {
-        ChunkedWork {
-            device: device.clone(),
-            name,
-            op,
-            chunks,
-            flags,
-            flags_id,
-            note,
-            wrappers,
-        }
-    }
-
     /// The wait kernel holding chunk `c` on `stream` (side stream `lane`) until its go flag
     /// is set, with a launch note that names the chunk and its flag.
     fn wait_kernel(&self, stream: &Stream, lane: usize, c: &Chunk) -> Result<()> {
         let timeout_ns = self.device.wait_timeout().as_nanos().min(u64::MAX as u128) as u64;
-        let ctx = KernelCtx {
-            begin_flag: std::ptr::null_mut(),
-            begin_token: 0,
-            begin_cta: 0,
-            launch_id: self.device.next_launch_id(),
-            remap: CtaRemap::IDENTITY,
-            tile_grid: [1; MAX_RANK],
-            num_tiles: 1,
+        let ctx = runtime::wait_ctx(
+            self.device.next_launch_id(),
             timeout_ns,
-            errors: self.device.error_log_addr() as *mut _,
-            trace: std::ptr::null_mut(),
-        };
+            self.device.error_log_addr() as *mut _,
+        );
         self.device.notes().insert(
             ctx.launch_id,
             LaunchNote {
