@@ -192,6 +192,10 @@ pub struct Bench {
     /// Do not use tuned plans from the tune cache (`megaops tune`).
     #[arg(long)]
     pub no_tune_cache: bool,
+    /// Run every add + RMSNorm of the decode steps as its own kernel instead of inside the
+    /// QKV and gate/up GEMVs that follow it.
+    #[arg(long)]
+    pub no_norm_fusion: bool,
     /// GEMMs of the prefills' projections: `rust`, `cublaslt` (4 row chunks per GEMM) or
     /// `cublaslt:<chunks>`.
     #[arg(long, default_value = "rust")]

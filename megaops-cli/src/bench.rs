@@ -110,7 +110,11 @@ pub fn run_bench(b: Bench) -> Result<()> {
             } else {
                 GemmBackend::Rust
             };
-            let plan = crate::tune::cached_plan(&device, &src.full_config, s.batch, s.workload, gemm, b.no_tune_cache)?;
+            let mut plan =
+                crate::tune::cached_plan(&device, &src.full_config, s.batch, s.workload, gemm, b.no_tune_cache)?;
+            if b.no_norm_fusion {
+                plan.fuse_norms = Some(false);
+            }
             let streams = b.streams.or(plan.streams).unwrap_or(2);
             let row = bench::run(&lm, &name, s, streams, &plan, read_gbps)?;
             write_json(&mut json, b.json.as_deref(), &row)?;
@@ -200,8 +204,13 @@ fn table(model: &str, rows: &[BenchRow]) -> String {
         .filter(|r| r.prefill_gemm != "rust")
         .map(|r| format!(" (prefill GEMMs: {})", r.prefill_gemm))
         .unwrap_or_default();
+    let fusion = if rows.iter().any(|r| !r.norm_fusion) {
+        " (norm fusion off)"
+    } else {
+        ""
+    };
     let mut s = format!(
-        "### {model}{gemm}\n\n| workload | batch | mode | step ms | p10–p90 ms | tokens/s | GB/s | MBU | prefill ms |\n|---|---|---|---|---|---|---|---|---|\n"
+        "### {model}{gemm}{fusion}\n\n| workload | batch | mode | step ms | p10–p90 ms | tokens/s | GB/s | MBU | prefill ms |\n|---|---|---|---|---|---|---|---|---|\n"
     );
     for r in rows {
         s.push_str(&format!(

@@ -321,6 +321,232 @@ unsafe fn norm_row_scalar<const THREADS: u32>(row: Row, w: *const bf16, y: *mut 
     }
 }
 
+/// The fused residual add and RMSNorm of rows `0..m` with one warp per row (warp `w` of
+/// the CTA's `THREADS / 32` takes rows `w, w + warps, …`), for a kernel that normalises
+/// its own copy of its input: `sum = bf16(x + res)` is written to `y` (and to `res_out`
+/// unless it is null), then `y = bf16(sum · rstd · w)` overwrites it, `rstd` as in
+/// [`add_rmsnorm`] (the same values up to the order of the f32 sum of squares). Ends with
+/// a barrier, after which every thread of the CTA may read `y`.
+///
+/// Emits `ld.global.cg.v4` for `x` and `res`, `ld.global.nc.v4` for `w`, `st.global.v4`,
+/// `shfl.sync.bfly` for the row sum and one `bar.sync` (scalar loads and stores when `h`
+/// is not a multiple of 8 or a pointer is not 16-byte aligned).
+///
+/// # Safety
+/// Called by every thread of a CTA of `THREADS` threads; `x`, `res` and `y` (and `res_out`
+/// unless null) are valid for `[m, h]` row-major, `w` for `[h]`; no other CTA touches `y`
+/// while the CTA runs.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn add_rmsnorm_by_warps<const THREADS: u32>(
+    x: *const bf16,
+    res: *const bf16,
+    w: *const bf16,
+    y: *mut bf16,
+    res_out: *mut bf16,
+    m: u32,
+    h: u32,
+    eps: f32,
+) {
+    let warps = THREADS / 32;
+    let lane = lane_id() as usize;
+    let addrs = x as usize | res as usize | res_out as usize | w as usize | y as usize;
+    let vec = h.is_multiple_of(8) && addrs.is_multiple_of(16);
+    if vec && h.is_multiple_of(CHUNK) && (m as u64) * ((h / CHUNK) as u64) <= MAX_CHUNKS as u64 {
+        // SAFETY: forwarded; the shape and alignment conditions were checked above.
+        unsafe { add_rmsnorm_by_chunks::<THREADS>(x, res, w, y, res_out, m, h, eps) };
+        return;
+    }
+    let mut r = warp_id();
+    while r < m {
+        let off = r as usize * h as usize;
+        // SAFETY (whole row): row `r < m` of every `[m, h]` tensor (caller's contract);
+        // `y` holds the sum between the two passes and each element is read back by the
+        // lane that wrote it (program order).
+        unsafe {
+            let row = Row {
+                x: x.add(off),
+                res: res.add(off),
+                res_out: y.add(off),
+            };
+            let copy = if res_out.is_null() { res_out } else { res_out.add(off) };
+            let mut ss = 0.0f32;
+            if vec {
+                let nvec = (h / 8) as usize;
+                let mut k = lane;
+                while k < nvec {
+                    let s = load_sum(row, k);
+                    if !copy.is_null() {
+                        st_global_v4_u32(copy.add(8 * k).cast(), s);
+                    }
+                    ss += sum_sq(s);
+                    k += 32;
+                }
+                let rstd = rsqrt(warp_reduce_sum_f32(ss) / h as f32 + eps);
+                let mut k = lane;
+                while k < nvec {
+                    let v = ld_global_cg_v4_u32(row.res_out.add(8 * k).cast());
+                    store_norm(v, w, row.res_out, k, rstd);
+                    k += 32;
+                }
+            } else {
+                let mut i = lane;
+                while i < h as usize {
+                    let a = core::ptr::read_volatile(row.x.add(i));
+                    let b = core::ptr::read_volatile(row.res.add(i));
+                    let v = bf16::from_f32(to_f32(a) + to_f32(b));
+                    row.res_out.add(i).write_volatile(v);
+                    if !copy.is_null() {
+                        copy.add(i).write(v);
+                    }
+                    ss += to_f32(v) * to_f32(v);
+                    i += 32;
+                }
+                let rstd = rsqrt(warp_reduce_sum_f32(ss) / h as f32 + eps);
+                let mut i = lane;
+                while i < h as usize {
+                    let v = core::ptr::read_volatile(row.res_out.add(i));
+                    row.res_out
+                        .add(i)
+                        .write(bf16::from_f32(to_f32(v) * rstd * to_f32(*w.add(i))));
+                    i += 32;
+                }
+            }
+        }
+        r += warps;
+    }
+    sync_threads();
+}
+
+/// Elements of one warp's chunk in [`add_rmsnorm_by_chunks`]: 32 lanes × 8.
+const CHUNK: u32 = 256;
+/// Most chunks [`add_rmsnorm_by_chunks`] takes (its shared-memory partial sums).
+const MAX_CHUNKS: usize = 64;
+
+/// [`add_rmsnorm_by_warps`] when `h` is a multiple of 256, the pointers are 16-byte aligned
+/// and the rows are at most 64 chunks of 256 elements: the chunks are spread over all warps
+/// (chunk `c` to warp `c mod warps`), each warp loads two chunks' `x`, `res` and weight
+/// vectors before it uses any (one L2 round trip for both), writes the sums and its
+/// chunks' sums of squares (shared memory, one slot per chunk); after a barrier every row's
+/// `rstd` adds its chunks' slots in order (the same bits for every CTA size), and the
+/// normalised values are written from registers (later chunks re-read their sums).
+///
+/// # Safety
+/// As [`add_rmsnorm_by_warps`], with the conditions above.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn add_rmsnorm_by_chunks<const THREADS: u32>(
+    x: *const bf16,
+    res: *const bf16,
+    w: *const bf16,
+    y: *mut bf16,
+    res_out: *mut bf16,
+    m: u32,
+    h: u32,
+    eps: f32,
+) {
+    const V: usize = 2;
+    let warps = THREADS / 32;
+    let (warp, lane) = (warp_id(), lane_id() as usize);
+    let per_row = h / CHUNK;
+    let chunks = m * per_row;
+    let partial = static_shared!(NORM_PARTIALS: [f32; MAX_CHUNKS]);
+    // Element of chunk `c` this lane takes (the rows are contiguous, `h` a multiple of the
+    // chunk: a chunk lies in row `c / per_row`).
+    let elem = |c: u32| c as usize * CHUNK as usize + 8 * lane;
+    let mut kept = [[0u32; 4]; V];
+    let mut kept_w = [[0u32; 4]; V];
+    let mut first = warp;
+    while first < chunks {
+        let mut a = [[0u32; 4]; V];
+        let mut b = [[0u32; 4]; V];
+        let mut wv = [[0u32; 4]; V];
+        unroll!(V, max 2, |v| {
+            let c = first + v as u32 * warps;
+            if c < chunks {
+                let e = elem(c);
+                // SAFETY: `e + 8 ≤ m · h` and 16-byte aligned (caller); the weight index
+                // `e mod h` is inside `[h]`.
+                unsafe {
+                    a[v] = ld_global_cg_v4_u32(x.add(e).cast());
+                    b[v] = ld_global_cg_v4_u32(res.add(e).cast());
+                    wv[v] = ld_global_nc_v4_u32(w.add(e % h as usize).cast());
+                }
+            }
+        });
+        unroll!(V, max 2, |v| {
+            let c = first + v as u32 * warps;
+            // `c` is the same in every lane: the whole warp takes the branch (the shuffle).
+            if c < chunks {
+                let e = elem(c);
+                let (fa, fb) = (unpack8(a[v]), unpack8(b[v]));
+                let sum = pack8(core::array::from_fn(|i| fa[i] + fb[i]));
+                // SAFETY: as for the loads.
+                unsafe {
+                    st_global_v4_u32(y.add(e).cast(), sum);
+                    if !res_out.is_null() {
+                        st_global_v4_u32(res_out.add(e).cast(), sum);
+                    }
+                }
+                let ss = warp_reduce_sum_f32(sum_sq(sum));
+                if lane == 0 {
+                    // SAFETY: one writer per chunk slot (`c < chunks ≤ MAX_CHUNKS`); read
+                    // after the barrier.
+                    unsafe { partial.at(c as usize).write(ss) };
+                }
+                if first == warp {
+                    kept[v] = sum;
+                    kept_w[v] = wv[v];
+                }
+            }
+        });
+        first += V as u32 * warps;
+    }
+    sync_threads();
+    let rstd = |row: u32| {
+        let mut total = 0.0f32;
+        for i in 0..per_row {
+            // SAFETY: written before the barrier; nobody writes until the next call.
+            total += unsafe { partial.at((row * per_row + i) as usize).read() };
+        }
+        rsqrt(total / h as f32 + eps)
+    };
+    let mut first = warp;
+    while first < chunks {
+        unroll!(V, max 2, |v| {
+            let c = first + v as u32 * warps;
+            if c < chunks {
+                let e = elem(c);
+                let (sum, wv) = if first == warp {
+                    (kept[v], kept_w[v])
+                } else {
+                    // SAFETY: as for the loads; `y[e..]` holds this lane's sum (program
+                    // order).
+                    unsafe {
+                        (
+                            ld_global_cg_v4_u32(y.add(e).cast()),
+                            ld_global_nc_v4_u32(w.add(e % h as usize).cast()),
+                        )
+                    }
+                };
+                let r = rstd(c / per_row);
+                let (f, wf) = (unpack8(sum), unpack8(wv));
+                // SAFETY: as for the loads.
+                unsafe {
+                    st_global_v4_u32(
+                        y.add(e).cast(),
+                        pack8(core::array::from_fn(|i| f[i] * r * wf[i])),
+                    )
+                };
+            }
+        });
+        first += V as u32 * warps;
+    }
+    // The slots are read again by the next call only after this barrier; the normalised
+    // rows are visible to the whole CTA after it.
+    sync_threads();
+}
+
 /// bf16 → f32 (exact).
 #[inline(always)]
 fn to_f32(x: bf16) -> f32 {

@@ -194,6 +194,9 @@ pub struct BenchRow {
     pub device: String,
     /// The prefill's GEMMs ([`GemmBackend::name`](crate::layers::GemmBackend::name)).
     pub prefill_gemm: String,
+    /// Whether the decode steps ran their add + RMSNorms inside the projections
+    /// ([`StepPlan::fuse_norms`]).
+    pub norm_fusion: bool,
 }
 
 /// `n` deterministic pseudo-random values below `below` (xorshift).
@@ -361,6 +364,7 @@ pub fn run(
         read_gbps,
         timing: if device.is_cuda() { "cuda-events" } else { "wall" }.into(),
         prefill_gemm: spec.prefill_gemm.name(),
+        norm_fusion: decode_plan.fuse_norms.unwrap_or(true),
         device: device.name(),
     })
 }

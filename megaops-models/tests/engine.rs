@@ -390,6 +390,65 @@ fn overlapped_serial_graph_and_eager_generations_agree() {
     assert_eq!(a.decode_steps, 5);
 }
 
+/// The decode step runs each layer's add + RMSNorms inside the QKV and gate/up GEMVs
+/// (layer 0's attention norm, which adds no residual, and the final norm stay kernels),
+/// and with the fusion off (`StepPlan::fuse_norms`) runs them as `add_rmsnorm`; both
+/// generations match the reference.
+#[test]
+fn decode_fuses_the_add_norms_into_the_projections() {
+    let seed = fresh_seed("decode_fuses_the_add_norms_into_the_projections");
+    let dev = cpu_device(seed).expect("cpu device");
+    let (config, _, lm) = load(&dev, "tiny", seed);
+    let layers = config.num_hidden_layers;
+    let prompts = vec![vec![3, 1, 4], vec![2, 7, 1]];
+    let launches = |fuse: Option<bool>| {
+        let opts = GenerateOptions {
+            max_new_tokens: 3,
+            ignore_eos: true,
+            trace: true,
+            plan: StepPlan {
+                fuse_norms: fuse,
+                ..StepPlan::default()
+            },
+            ..GenerateOptions::default()
+        };
+        let s = AsyncStream::new(&dev, 2).expect("stream");
+        let out = generate(&lm, &s, &prompts, &opts, &mut |_, _| {}).expect("generate");
+        let decode = out.traces.and_then(|t| t.decode).expect("a decode trace");
+        let count = |kernel: &str| decode.launches.iter().filter(|l| l.kernel == kernel).count();
+        (
+            out.tokens,
+            [
+                count("rmsnorm"),
+                count("add_rmsnorm"),
+                count("add_rmsnorm_gemv"),
+                count("add_rmsnorm_gate_up_silu"),
+            ],
+        )
+    };
+    let (fused_tokens, fused) = launches(None);
+    assert_eq!(
+        fused,
+        [1, 1, layers - 1, layers],
+        "rmsnorm, add_rmsnorm, fused QKV, fused gate/up"
+    );
+    let (plain_tokens, plain) = launches(Some(false));
+    assert_eq!(plain, [1, 2 * layers, 0, 0], "the fusion off");
+    assert_eq!(fused_tokens, plain_tokens);
+    for fuse in [None, Some(false)] {
+        check_plan_against_reference(
+            "tiny",
+            vec![vec![5, 9, 2], vec![8, 8, 1]],
+            4,
+            |d| AsyncStream::new(d, 3).expect("stream"),
+            StepPlan {
+                fuse_norms: fuse,
+                ..StepPlan::default()
+            },
+        );
+    }
+}
+
 #[test]
 fn bad_requests_fail_before_any_device_work() {
     let config = presets::preset("tiny").expect("preset");

@@ -8,6 +8,8 @@
 //! | [`gemv_splitk`] | the same, k split over `splits` CTAs per column tile | bf16 `[m, n]` |
 //! | [`gate_up_silu`] | `silu(x · W_gateᵀ) · (x · W_upᵀ)` (SwiGLU MLP input) | bf16 `[m, inter]` |
 //! | [`gate_up_silu_splitk`] | the same with split-K | bf16 `[m, inter]` |
+//! | [`add_rmsnorm_gemv`] | `rmsnorm(x + res) · Wᵀ` (and `x + res`) | bf16 `[m, n]`, `[m, k]` |
+//! | [`add_rmsnorm_gate_up_silu`] | `gate_up_silu` of `rmsnorm(x + res)` (and `x + res`) | bf16 `[m, inter]`, `[m, k]` |
 //! | [`lm_head`] | `x · W_vocabᵀ`, logits for sampling | **f32** `[m, vocab]` |
 //!
 //! # Kernel tiling
@@ -99,6 +101,29 @@ macro_rules! gemv_configs {
         #[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
         #[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
         #[config(BN = 32, WK = 4, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
+        #[config(BN = 16, WK = 8, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
+        #[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 3)]
+        #[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 2)]
+        #[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 2)]
+        $($item)*
+    };
+}
+
+/// The tile configs of [`add_rmsnorm_gemv`]: [`gemv`]'s without configs 8 and 10, whose
+/// 128-register bound the prologue makes spill (the planner maps a plain config to the
+/// fused one of the same shape, [`plan::fuse_add_norm`]).
+macro_rules! add_norm_gemv_configs {
+    (#[$($kernel:tt)*] $($item:tt)*) => {
+        #[$($kernel)*]
+        #[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+        #[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+        #[config(BN = 32, WK = 4, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+        #[config(BN = 16, WK = 8, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+        #[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 0)]
+        #[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 0)]
+        #[config(BN = 64, WK = 2, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 0)]
+        #[config(BN = 128, WK = 1, U: usize = 4, PF: usize = 0, MIN_CTAS: u32 = 0)]
+        #[config(BN = 64, WK = 2, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
         #[config(BN = 16, WK = 8, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 2)]
         #[config(BN = 64, WK = 1, U: usize = 4, PF: usize = 2, MIN_CTAS: u32 = 3)]
         #[config(BN = 128, WK = 1, U: usize = 2, PF: usize = 2, MIN_CTAS: u32 = 2)]
@@ -340,6 +365,176 @@ pub unsafe fn gate_up_silu_splitk(
     // SAFETY: CTA shape and shared memory from the annotation; pointers, workspace and
     // zeroed counters as documented (kernel contract).
     unsafe { engine::run::<BN, WK, 2, U, PF, true, bf16>(x, &job, cta, ring, &ep) };
+}
+
+/// Rows of the normalised input an add + RMSNorm prologue may hold per CTA: the fused
+/// kernels ([`add_rmsnorm_gemv`], [`add_rmsnorm_gate_up_silu`]) are meant for
+/// `m · k ≤ NORM_PROLOGUE_MAX_ELEMS`, where every CTA's copy of the norm costs less than a
+/// kernel boundary (the planner, [`plan::fuse_norm`], applies the bound).
+pub const NORM_PROLOGUE_MAX_ELEMS: u32 = 16 * 1024;
+
+/// [`gemv`] with the decoder layer's residual add and RMSNorm in front:
+/// `res_out = bf16(x + res)`, `xn = bf16(res_out · rstd · norm_w)` (as
+/// [`norm::add_rmsnorm`](crate::norm::add_rmsnorm)), `y = xn · wᵀ`, in one launch.
+///
+/// Every CTA normalises all `m` rows itself (one warp per row) into its own slot of the
+/// scratch `xn` (`[n.div_ceil(BN), m, k]` bf16) and streams W against it, so no kernel
+/// between the sublayer's output and the projection is needed; CTA 0 also writes the new
+/// residual stream `res_out`, which every CTA signals (`split = pid_n`: consumers see it
+/// ready when the whole launch has passed its prologue). The first `PF` batches of W are
+/// loaded before the wait for `x` and `res`, as in [`gemv`].
+///
+/// Layouts (row-major): `x` (the sublayer output), `res` (residual in), `res_out`
+/// (residual out): `[m, k]`; `norm_w` `[k]`; `w` `[n, k]`; `y` `[m, n]`. Configs: those
+/// of [`gemv`] (module docs) but its configs 8 and 10, which spill with the prologue.
+///
+/// Emits what [`gemv`] does, plus the prologue's `ld.global.cg.v4`, `st.global.v4` and
+/// `shfl.sync.bfly` (see `norm::add_rmsnorm_by_warps`) and one `bar.sync`.
+///
+/// # Safety
+/// Pointers valid for the shapes above; `k > 0`.
+#[megaops::kernel(
+    block = 2 * BN * WK,
+    smem = engine::smem_bytes(BN, WK, 1),
+    min_ctas = MIN_CTAS,
+    tiles(pid_n = n.div_ceil(BN)),
+    input(x[m, k] = [_, _]),
+    input(res[m, k] = [_, _]),
+    output(y[m, n] = [_, pid_n: BN]),
+    output(res_out[m, k] = [_, _], split = pid_n),
+    tensor(norm_w[k]),
+    tensor(w[n, k]),
+    scratch(xn[n.div_ceil(BN) * m * k]),
+    check(k > 0, "the hidden size k must be positive"),
+    configs = add_norm_gemv_configs!,
+)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn add_rmsnorm_gemv(
+    x: *const bf16,
+    res: *const bf16,
+    norm_w: *const bf16,
+    w: *const bf16,
+    y: *mut bf16,
+    res_out: *mut bf16,
+    xn: *mut bf16,
+    m: u32,
+    n: u32,
+    k: u32,
+    eps: f32,
+) {
+    let cta = CtaJob {
+        n0: pid_n * BN,
+        split: 0,
+        splits: 1,
+    };
+    let job = WarpJob::<1>::new::<BN, WK, U>([w], n, k, cta);
+    #[prefetch]
+    // SAFETY: `w` is `[n, k]` (kernel contract); rows past `n` are not read.
+    let ring = unsafe { job.prefetch::<U, PF>() };
+    // SAFETY: the CTA's slot of `xn` (kernel contract: one slot per column tile); the
+    // residual goes out once, from CTA 0.
+    let slot = unsafe { norm_prologue::<{ 2 * BN * WK }>(x, res, norm_w, xn, res_out, pid_n, m, k, eps) };
+    let ep = Epilogue {
+        out: y,
+        ws: core::ptr::null_mut(),
+        counters: core::ptr::null_mut(),
+        m,
+        n,
+        tile: pid_n,
+    };
+    // SAFETY: a CTA of 2·BN·WK threads with smem_bytes(BN, WK, 1) bytes (the annotation);
+    // `slot` is `[m, k]`, written before the prologue's barrier; no split.
+    unsafe { engine::run::<BN, WK, 1, U, PF, false, bf16>(slot, &job, cta, ring, &ep) };
+}
+
+/// [`gate_up_silu`] with the residual add and RMSNorm in front, as [`add_rmsnorm_gemv`]
+/// does for [`gemv`]: `res_out = bf16(x + res)`, `xn = bf16(res_out · rstd · norm_w)`,
+/// `h = silu(xn · w_gateᵀ) · (xn · w_upᵀ)`.
+///
+/// Layouts: `x`, `res`, `res_out` `[m, k]`; `norm_w` `[k]`; `w_gate_up` `[2·inter, k]`;
+/// `h` `[m, inter]`; scratch `xn` `[inter.div_ceil(BN), m, k]`. Configs: as
+/// [`gate_up_silu`].
+///
+/// # Safety
+/// Pointers valid for the shapes above; `k > 0`.
+#[megaops::kernel(
+    block = 2 * BN * WK,
+    smem = engine::smem_bytes(BN, WK, 2),
+    tiles(pid_n = inter.div_ceil(BN)),
+    input(x[m, k] = [_, _]),
+    input(res[m, k] = [_, _]),
+    output(h[m, inter] = [_, pid_n: BN]),
+    output(res_out[m, k] = [_, _], split = pid_n),
+    tensor(norm_w[k]),
+    tensor(w_gate_up[2 * inter, k]),
+    scratch(xn[inter.div_ceil(BN) * m * k]),
+    check(k > 0, "the hidden size k must be positive"),
+    configs = gate_up_configs!,
+)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn add_rmsnorm_gate_up_silu(
+    x: *const bf16,
+    res: *const bf16,
+    norm_w: *const bf16,
+    w_gate_up: *const bf16,
+    h: *mut bf16,
+    res_out: *mut bf16,
+    xn: *mut bf16,
+    m: u32,
+    inter: u32,
+    k: u32,
+    eps: f32,
+) {
+    let cta = CtaJob {
+        n0: pid_n * BN,
+        split: 0,
+        splits: 1,
+    };
+    let up = w_gate_up.wrapping_add(inter as usize * k as usize);
+    let job = WarpJob::<2>::new::<BN, WK, U>([w_gate_up, up], inter, k, cta);
+    #[prefetch]
+    // SAFETY: `w_gate_up` is `[2·inter, k]` (kernel contract).
+    let ring = unsafe { job.prefetch::<U, PF>() };
+    // SAFETY: as in `add_rmsnorm_gemv`.
+    let slot = unsafe { norm_prologue::<{ 2 * BN * WK }>(x, res, norm_w, xn, res_out, pid_n, m, k, eps) };
+    let ep = Epilogue {
+        out: h,
+        ws: core::ptr::null_mut(),
+        counters: core::ptr::null_mut(),
+        m,
+        n: inter,
+        tile: pid_n,
+    };
+    // SAFETY: CTA shape and shared memory from the annotation; `slot` as above; no split.
+    unsafe { engine::run::<BN, WK, 2, U, PF, true, bf16>(slot, &job, cta, ring, &ep) };
+}
+
+/// The prologue of the `add_rmsnorm_*` kernels: normalises the `m` rows into the CTA's
+/// slot `tile` of `xn` (CTA 0 also writes `res_out`) and returns the slot, readable by
+/// every thread after the barrier the norm ends with.
+///
+/// # Safety
+/// Every thread of a CTA of `THREADS` threads calls it; `x`, `res`, `res_out` `[m, k]`,
+/// `norm_w` `[k]`, `xn` at least `(tile + 1) · m · k` elements, and no other CTA uses slot
+/// `tile`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn norm_prologue<const THREADS: u32>(
+    x: *const bf16,
+    res: *const bf16,
+    norm_w: *const bf16,
+    xn: *mut bf16,
+    res_out: *mut bf16,
+    tile: u32,
+    m: u32,
+    k: u32,
+    eps: f32,
+) -> *const bf16 {
+    let slot = xn.wrapping_add(tile as usize * m as usize * k as usize);
+    let copy = if tile == 0 { res_out } else { core::ptr::null_mut() };
+    // SAFETY: forwarded from the caller.
+    unsafe { crate::norm::add_rmsnorm_by_warps::<THREADS>(x, res, norm_w, slot, copy, m, k, eps) };
+    slot
 }
 
 /// The LM head: `logits[i, v] = Σ_k x[i, k] · w[v, k]` in **f32** (no bf16 rounding, so

@@ -24,7 +24,7 @@
 //!   (`U = 2`) that reaches enough CTAs is then taken first, else the rule above among
 //!   the longer batches.
 
-use super::{gate_up_silu, gate_up_silu_splitk, gemv, gemv_splitk};
+use super::{add_rmsnorm_gate_up_silu, add_rmsnorm_gemv, gate_up_silu, gate_up_silu_splitk, gemv, gemv_splitk};
 use megaops::launch::{AsInput, AsOutput, ConfigInfo};
 use megaops::{Device, Error, LaunchOptions, LaunchTarget, R2, Result, Tensor, bf16};
 
@@ -442,6 +442,193 @@ pub fn gate_up_with(
     Ok(c)
 }
 
+/// The residual add and RMSNorm in front of a fused projection ([`linear_add_norm_with`],
+/// [`gate_up_add_norm_with`]): what `norm::add_rmsnorm` would read and write.
+pub struct AddNorm<'a, X: ?Sized, R: ?Sized, O: ?Sized> {
+    /// The sublayer output, `[m, k]`.
+    pub x: &'a X,
+    /// The residual stream in, `[m, k]`.
+    pub res: &'a R,
+    /// The norm weight, `[k]`.
+    pub weight: &'a Tensor<bf16>,
+    /// The residual stream out, `bf16(x + res)`, `[m, k]`.
+    pub res_out: &'a mut O,
+    /// The norm's epsilon.
+    pub eps: f32,
+}
+
+/// Elements of the scratch a fused projection of `n` output columns (`inter` for gate/up)
+/// over `m × k` inputs needs with any config: one `[m, k]` slot per column tile of the
+/// narrowest tile (16 columns).
+pub fn add_norm_scratch_len(m: usize, n: usize, k: usize) -> usize {
+    n.div_ceil(16) * m * k
+}
+
+/// The planner's choice for a projection when it may run fused with its add + RMSNorm:
+/// the choice [`choose_with`] makes among the plain kernel's `plain` configs (with the
+/// split-K limit of a workspace, as the unfused projection would), as the index of the
+/// config of the same shape among the fused kernel's `fused` configs. `None`, meaning the
+/// add + RMSNorm runs as its own kernel, when `m · k` is above
+/// [`NORM_PROLOGUE_MAX_ELEMS`](super::NORM_PROLOGUE_MAX_ELEMS), the choice has a split
+/// (the fused kernels have none), or the fused kernel lacks that shape.
+#[allow(clippy::too_many_arguments)]
+pub fn fuse_add_norm(
+    plain: &[ConfigInfo],
+    fused: &[ConfigInfo],
+    pick: Pick,
+    rg: u32,
+    m: u32,
+    n: u32,
+    k: u32,
+    sms: u32,
+    placement: Placement,
+) -> Result<Option<Choice>> {
+    if (m as u64) * (k as u64) > super::NORM_PROLOGUE_MAX_ELEMS as u64 {
+        return Ok(None);
+    }
+    let c = choose_with(plain, pick, rg, m, n, k, sms, MAX_SPLITS, placement)?;
+    if c.splits != 1 {
+        return Ok(None);
+    }
+    Ok(fused
+        .iter()
+        .position(|info| ConfigShape::of(info) == Some(c.shape))
+        .map(|config| Choice { config, ..c }))
+}
+
+fn check_norm_weight(what: &str, w: &Tensor<bf16>, k: u32) -> Result<()> {
+    if w.shape() != [k as usize] {
+        return Err(Error::shape(format!(
+            "{what}: the norm weight is {:?}, expected [{k}]",
+            w.shape()
+        )));
+    }
+    Ok(())
+}
+
+/// `add_rmsnorm` then `y = xn · wᵀ` as one launch of [`add_rmsnorm_gemv`] when
+/// [`fuse_add_norm`] says so (returns its choice); `Ok(None)`, launching nothing, when the
+/// add + RMSNorm should run as its own kernel before [`linear_with`]. `scratch` holds
+/// [`add_norm_scratch_len`]`(m, n, k)` elements.
+#[allow(clippy::too_many_arguments)]
+pub fn linear_add_norm_with<X, R, O>(
+    on: &impl LaunchTarget,
+    opts: &LaunchOptions,
+    pick: Pick,
+    norm: AddNorm<'_, X, R, O>,
+    w: &Tensor<bf16>,
+    y: &mut (impl AsOutput<bf16, R2> + ?Sized),
+    scratch: &mut Tensor<bf16>,
+    m: u32,
+    n: u32,
+    k: u32,
+    placement: Placement,
+) -> Result<Option<Choice>>
+where
+    X: AsInput<bf16, R2> + ?Sized,
+    R: AsInput<bf16, R2> + ?Sized,
+    O: AsOutput<bf16, R2> + ?Sized,
+{
+    check_weight("linear_add_norm", w, n, k)?;
+    check_norm_weight("linear_add_norm", norm.weight, k)?;
+    let sms = on.device().sm_count();
+    let Some(c) = fuse_add_norm(
+        gemv::CONFIGS,
+        add_rmsnorm_gemv::CONFIGS,
+        pick,
+        1,
+        m,
+        n,
+        k,
+        sms,
+        placement,
+    )?
+    else {
+        return Ok(None);
+    };
+    let opts = LaunchOptions {
+        config: Some(c.config),
+        ..opts.clone()
+    };
+    add_rmsnorm_gemv::launch_with(
+        on,
+        &opts,
+        norm.x,
+        norm.res,
+        norm.weight,
+        w,
+        y,
+        norm.res_out,
+        scratch,
+        m,
+        n,
+        k,
+        norm.eps,
+    )?;
+    Ok(Some(c))
+}
+
+/// [`linear_add_norm_with`] for the fused gate/up projection ([`add_rmsnorm_gate_up_silu`];
+/// otherwise `Ok(None)` and [`gate_up_with`] after an `add_rmsnorm`). `scratch` holds
+/// [`add_norm_scratch_len`]`(m, inter, k)` elements.
+#[allow(clippy::too_many_arguments)]
+pub fn gate_up_add_norm_with<X, R, O>(
+    on: &impl LaunchTarget,
+    opts: &LaunchOptions,
+    pick: Pick,
+    norm: AddNorm<'_, X, R, O>,
+    w_gate_up: &Tensor<bf16>,
+    h: &mut (impl AsOutput<bf16, R2> + ?Sized),
+    scratch: &mut Tensor<bf16>,
+    m: u32,
+    inter: u32,
+    k: u32,
+    placement: Placement,
+) -> Result<Option<Choice>>
+where
+    X: AsInput<bf16, R2> + ?Sized,
+    R: AsInput<bf16, R2> + ?Sized,
+    O: AsOutput<bf16, R2> + ?Sized,
+{
+    check_weight("gate_up_add_norm", w_gate_up, 2 * inter, k)?;
+    check_norm_weight("gate_up_add_norm", norm.weight, k)?;
+    let sms = on.device().sm_count();
+    let Some(c) = fuse_add_norm(
+        gate_up_silu::CONFIGS,
+        add_rmsnorm_gate_up_silu::CONFIGS,
+        pick,
+        2,
+        m,
+        inter,
+        k,
+        sms,
+        placement,
+    )?
+    else {
+        return Ok(None);
+    };
+    let opts = LaunchOptions {
+        config: Some(c.config),
+        ..opts.clone()
+    };
+    add_rmsnorm_gate_up_silu::launch_with(
+        on,
+        &opts,
+        norm.x,
+        norm.res,
+        norm.weight,
+        w_gate_up,
+        h,
+        norm.res_out,
+        scratch,
+        m,
+        inter,
+        k,
+        norm.eps,
+    )?;
+    Ok(Some(c))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -453,6 +640,8 @@ mod tests {
             gemv_splitk::CONFIGS,
             gate_up_silu::CONFIGS,
             gate_up_silu_splitk::CONFIGS,
+            add_rmsnorm_gemv::CONFIGS,
+            add_rmsnorm_gate_up_silu::CONFIGS,
             super::super::lm_head::CONFIGS,
         ] {
             for c in configs {

@@ -9,6 +9,7 @@
 //! tensor-core GEMM above; attention is split-KV decode attention for one new token per
 //! sequence and causal flash attention over the cache for a prompt.
 
+use super::add_norm::AddNormInput;
 use super::layout::PassLayout;
 use super::mlp::{DECODE_MAX_M, PREFILL_ROW_TILE, gemm_config};
 use super::prefill_gemm::PrefillGemm;
@@ -21,6 +22,7 @@ use megaops::{Device, DynGrid, DynRows, LaunchOptions, LaunchTarget, R2, Release
 use megaops_kernels::attention::decode::{self, DecodeWorkspace, decode_attention};
 use megaops_kernels::attention::prefill::{self, prefill_attention};
 use megaops_kernels::gemv::plan::{self, Placement, SplitWorkspace};
+use megaops_kernels::gemv::{NORM_PROLOGUE_MAX_ELEMS, add_rmsnorm_gemv, gemv};
 use megaops_kernels::rope::{self, qk_norm_rope};
 
 /// The attention dimensions of a model.
@@ -211,19 +213,89 @@ impl Attention {
         pos: &Positions<'_>,
         acts: &mut AttentionActivations,
     ) -> Result<()> {
+        self.check(acts)?;
+        self.qkv(on, xn, acts)?;
+        self.after_qkv(on, cache, pos, acts)
+    }
+
+    /// [`Attention::forward`] with the layer's residual add and RMSNorm in front: on the
+    /// decode path the QKV projection runs them itself (`gemv::add_rmsnorm_gemv`) when the
+    /// planner fuses them (`gemv::plan::fuse_add_norm`) and the activations allow it
+    /// ([`AttentionActivations::set_norm_fusion`]); otherwise `norm::add_rmsnorm` writes
+    /// `normed` first. Either way `norm.res_out` receives the new residual stream.
+    pub fn forward_add_norm<X: AsInput<bf16, R2> + ?Sized>(
+        &self,
+        on: &impl LaunchTarget,
+        norm: AddNormInput<'_, X>,
+        normed: &mut Tiled<bf16, DynRows>,
+        cache: &mut KvCache,
+        pos: &Positions<'_>,
+        acts: &mut AttentionActivations,
+    ) -> Result<()> {
+        self.check(acts)?;
         let d = self.dims;
-        if acts.dims != d {
+        let (m, n, h) = (acts.m as u32, d.qkv_dim() as u32, d.hidden as u32);
+        if acts.fuse_norm
+            && let Some(scratch) = acts.norm_scratch.as_mut()
+        {
+            let choice = acts.choices[0];
+            let sms = on.device().sm_count();
+            let fuse = plan::fuse_add_norm(
+                gemv::CONFIGS,
+                add_rmsnorm_gemv::CONFIGS,
+                choice.pick(),
+                1,
+                m,
+                n,
+                h,
+                sms,
+                Placement::BesideProducer,
+            )?;
+            if fuse.is_some() {
+                acts.qkv.rearm();
+                plan::linear_add_norm_with(
+                    on,
+                    &choice.apply(LaunchOptions::default()),
+                    choice.pick(),
+                    norm.fused(),
+                    &self.w_qkv,
+                    &mut acts.qkv,
+                    scratch,
+                    m,
+                    n,
+                    h,
+                    Placement::BesideProducer,
+                )?;
+                return self.after_qkv(on, cache, pos, acts);
+            }
+        }
+        norm.launch(on, normed, m, h)?;
+        self.qkv(on, &*normed, acts)?;
+        self.after_qkv(on, cache, pos, acts)
+    }
+
+    fn check(&self, acts: &AttentionActivations) -> Result<()> {
+        if acts.dims != self.dims {
             return Err(ModelError::Request(format!(
                 "attention activations built for {:?}, block is {:?}",
-                acts.dims, d
+                acts.dims, self.dims
             )));
         }
+        Ok(())
+    }
+
+    /// The QKV projection of `xn` into `acts.qkv`.
+    fn qkv(
+        &self,
+        on: &impl LaunchTarget,
+        xn: &(impl AsInput<bf16, R2> + Shaped + ?Sized),
+        acts: &mut AttentionActivations,
+    ) -> Result<()> {
+        let d = self.dims;
         let m = acts.m as u32;
         let (h, qd, kvd) = (d.hidden as u32, d.q_dim() as u32, d.kv_dim() as u32);
-        let (hq, hkv, dh) = (d.hq as u32, d.hkv as u32, d.head_dim as u32);
         let sms = on.device().sm_count();
         let gemv = acts.m <= DECODE_MAX_M;
-        // QKV projection.
         acts.qkv.rearm();
         if gemv {
             let choice = acts.choices[0];
@@ -255,6 +327,24 @@ impl Attention {
                 (m, qd + 2 * kvd, h),
             )?;
         }
+        Ok(())
+    }
+
+    /// Everything after the QKV projection: QK-norm, RoPE and the cache write, attention,
+    /// the output projection.
+    fn after_qkv(
+        &self,
+        on: &impl LaunchTarget,
+        cache: &mut KvCache,
+        pos: &Positions<'_>,
+        acts: &mut AttentionActivations,
+    ) -> Result<()> {
+        let d = self.dims;
+        let m = acts.m as u32;
+        let (h, qd) = (d.hidden as u32, d.q_dim() as u32);
+        let (hq, hkv, dh) = (d.hq as u32, d.hkv as u32, d.head_dim as u32);
+        let sms = on.device().sm_count();
+        let gemv = acts.m <= DECODE_MAX_M;
         // QK-norm, RoPE and the cache write.
         let rope_config = rope_config(dh, (d.hq + 2 * d.hkv) as u32, acts.kind)?;
         let flags = if d.qk_norm { rope::QK_NORM } else { 0 };
@@ -432,6 +522,11 @@ pub struct AttentionActivations {
     choices: [SiteChoice; 4],
     /// The prefill path's GEMMs (qkv and o).
     gemm: PrefillGemm,
+    /// Scratch of the QKV projection fused with the add + RMSNorm (the decode path, when
+    /// `m · h` is within the fused kernel's bound).
+    norm_scratch: Option<Tensor<bf16>>,
+    /// Whether [`Attention::forward_add_norm`] may fuse.
+    fuse_norm: bool,
 }
 
 impl AttentionActivations {
@@ -507,7 +602,22 @@ impl AttentionActivations {
             },
             choices: [SiteChoice::default(); 4],
             gemm: PrefillGemm::default(),
+            norm_scratch: if gemv && m * dims.hidden <= NORM_PROLOGUE_MAX_ELEMS as usize {
+                Some(Tensor::zeros(
+                    device,
+                    &[plan::add_norm_scratch_len(m, dims.qkv_dim(), dims.hidden)],
+                )?)
+            } else {
+                None
+            },
+            fuse_norm: true,
         })
+    }
+
+    /// Whether [`Attention::forward_add_norm`] may run the add + RMSNorm inside the QKV
+    /// projection (on by default; off launches `norm::add_rmsnorm` as its own kernel).
+    pub fn set_norm_fusion(&mut self, fuse: bool) {
+        self.fuse_norm = fuse;
     }
 
     /// Rows of the pass.

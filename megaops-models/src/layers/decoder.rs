@@ -1,15 +1,20 @@
 //! A decoder layer: `h = x + attn(norm₁(x))`, `out = h + mlp(norm₂(h))`, with each residual
-//! add fused into the RMSNorm that follows it (`norm::add_rmsnorm`).
+//! add fused into the RMSNorm that follows it.
 //!
 //! ```text
 //! input ─┬─ add_rmsnorm ─► xn ─ attention ─► attn_out ─┬─ add_rmsnorm ─► mlp.xn ─ mlp ─► output
 //! (prev) └─ residual ────► res_in ─────────────────────┴─────────────► res_mid ─────────► residual
 //! ```
 //!
-//! The layer's output is the pair (MLP output, residual stream `res_mid`), which the next
-//! layer's first `add_rmsnorm` (or the final norm) sums; layer 0 takes the embedding as
-//! both its input and its residual (a plain RMSNorm).
+//! On the decode path each add + RMSNorm runs inside the block's first projection where the
+//! planner fuses it (`gemv::add_rmsnorm_gemv` for QKV, `gemv::add_rmsnorm_gate_up_silu`
+//! for gate/up: every CTA normalises its own copy of the rows), which takes two kernels
+//! out of the layer; elsewhere it is `norm::add_rmsnorm`. The layer's output is the pair
+//! (MLP output, residual stream `res_mid`), which the next layer's first add + RMSNorm (or
+//! the final norm) sums; layer 0 takes the embedding as both its input and its residual (a
+//! plain RMSNorm, never fused).
 
+use super::add_norm::AddNormInput;
 use super::attention::{Attention, AttentionActivations, AttentionDims, AttentionKind, KvCache, Positions};
 use super::layout::PassLayout;
 use super::mlp::{DECODE_MAX_M, Mlp, MlpActivations, MlpConfig, PREFILL_ROW_TILE};
@@ -17,7 +22,7 @@ use super::prefill_gemm::PrefillGemm;
 use crate::error::Result;
 use crate::tune::{Site, SiteChoice, StepPlan};
 use megaops::{Device, DynRows, LaunchOptions, LaunchTarget, Tensor, Tiled, bf16};
-use megaops_kernels::norm::{add_rmsnorm, rmsnorm};
+use megaops_kernels::norm::rmsnorm;
 
 /// The weights of one decoder layer (cloning shares the device weights).
 #[derive(Clone)]
@@ -68,46 +73,36 @@ impl DecoderLayer {
         let m = acts.m as u32;
         let h = self.mlp.config().hidden as u32;
         let opts = acts.norm.apply(LaunchOptions::config(norm_config(acts.m)?));
-        acts.xn.rearm();
         let res = match residual {
             Some(res) => {
-                acts.res_in.rearm();
-                add_rmsnorm::launch_with(
-                    on,
-                    &opts,
-                    input,
+                let norm = AddNormInput {
+                    x: input,
                     res,
-                    &self.input_norm,
-                    &mut acts.xn,
-                    &mut acts.res_in,
-                    m,
-                    h,
-                    self.eps,
-                )?;
+                    weight: &self.input_norm,
+                    res_out: &mut acts.res_in,
+                    eps: self.eps,
+                    opts: opts.clone(),
+                };
+                self.attn
+                    .forward_add_norm(on, norm, &mut acts.xn, cache, pos, &mut acts.attn)?;
                 &acts.res_in
             }
             None => {
+                acts.xn.rearm();
                 rmsnorm::launch_with(on, &opts, input, &self.input_norm, &mut acts.xn, m, h, self.eps)?;
+                self.attn.forward(on, &acts.xn, cache, pos, &mut acts.attn)?;
                 input
             }
         };
-        self.attn.forward(on, &acts.xn, cache, pos, &mut acts.attn)?;
-        acts.res_mid.rearm();
-        let xn2 = acts.mlp.normed_mut();
-        xn2.rearm();
-        add_rmsnorm::launch_with(
-            on,
-            &opts,
-            acts.attn.output(),
+        let norm = AddNormInput {
+            x: acts.attn.output(),
             res,
-            self.mlp.norm_weight(),
-            xn2,
-            &mut acts.res_mid,
-            m,
-            h,
-            self.eps,
-        )?;
-        Ok(self.mlp.forward_projections(on, &mut acts.mlp)?)
+            weight: self.mlp.norm_weight(),
+            res_out: &mut acts.res_mid,
+            eps: self.eps,
+            opts,
+        };
+        Ok(self.mlp.forward_add_norm(on, norm, &mut acts.mlp)?)
     }
 }
 
@@ -176,6 +171,14 @@ impl LayerActivations {
             plan.site(Site::OProj),
         ]);
         self.mlp.set_choices([plan.site(Site::GateUp), plan.site(Site::Down)]);
+    }
+
+    /// Whether both blocks may run the add + RMSNorm in front of them inside their first
+    /// projection (on by default; see [`Attention::forward_add_norm`] and
+    /// [`Mlp::forward_add_norm`]).
+    pub fn set_norm_fusion(&mut self, fuse: bool) {
+        self.attn.set_norm_fusion(fuse);
+        self.mlp.set_norm_fusion(fuse);
     }
 
     /// Sets which GEMMs the layer's prefill projections run.

@@ -35,6 +35,7 @@
 //! before producing them, so it can be called again and again, and captured into a graph
 //! (`AsyncStream::capture`) that is replayed with new inputs written into `x`.
 
+use super::add_norm::AddNormInput;
 use super::prefill_gemm::PrefillGemm;
 use crate::tune::SiteChoice;
 use megaops::launch::AsInput;
@@ -44,6 +45,7 @@ use megaops::{
 use megaops_kernels::elementwise::silu_mul;
 use megaops_kernels::gemm::{self, matmul};
 use megaops_kernels::gemv::plan::{self, Placement, SplitWorkspace};
+use megaops_kernels::gemv::{NORM_PROLOGUE_MAX_ELEMS, add_rmsnorm_gate_up_silu, gate_up_silu};
 use megaops_kernels::norm::rmsnorm;
 
 /// Largest number of rows that takes the decode (GEMV) path; more rows take the prefill
@@ -356,6 +358,63 @@ impl Mlp {
         Ok(())
     }
 
+    /// The block with the layer's residual add and RMSNorm in front (`norm.x` the
+    /// attention output, `norm.res` the residual stream): on the decode path the gate/up
+    /// projection runs them itself (`gemv::add_rmsnorm_gate_up_silu`) when the planner fuses
+    /// them (`gemv::plan::fuse_add_norm`) and [`MlpActivations::set_norm_fusion`] allows;
+    /// otherwise `norm::add_rmsnorm` writes [`MlpActivations::normed`] and the projections
+    /// follow. Either way `norm.res_out` receives the new residual stream.
+    pub fn forward_add_norm<X: AsInput<bf16, R2> + ?Sized>(
+        &self,
+        on: &impl LaunchTarget,
+        norm: AddNormInput<'_, X>,
+        acts: &mut MlpActivations,
+    ) -> Result<()> {
+        if acts.config != self.config {
+            return Err(Error::shape(format!(
+                "MLP forward: activations built for {:?}, block is {:?}",
+                acts.config, self.config
+            )));
+        }
+        let (m, h, inter) = (acts.m as u32, self.config.hidden as u32, self.config.inter as u32);
+        if acts.fuse_norm
+            && let Some(scratch) = acts.norm_scratch.as_mut()
+        {
+            let choice = acts.choices[0];
+            let sms = on.device().sm_count();
+            let fuse = plan::fuse_add_norm(
+                gate_up_silu::CONFIGS,
+                add_rmsnorm_gate_up_silu::CONFIGS,
+                choice.pick(),
+                2,
+                m,
+                inter,
+                h,
+                sms,
+                Placement::BesideProducer,
+            )?;
+            if fuse.is_some() {
+                acts.act.rearm();
+                plan::gate_up_add_norm_with(
+                    on,
+                    &choice.apply(LaunchOptions::default()),
+                    choice.pick(),
+                    norm.fused(),
+                    &self.w_gate_up,
+                    &mut acts.act,
+                    scratch,
+                    m,
+                    inter,
+                    h,
+                    Placement::BesideProducer,
+                )?;
+                return self.projection_stage(on, acts, 2);
+            }
+        }
+        norm.launch(on, &mut acts.xn, m, h)?;
+        self.forward_projections(on, acts)
+    }
+
     /// Stage `stage ≥ 1` of the forward pass (see [`Mlp::forward_stage`]).
     fn projection_stage(&self, on: &impl LaunchTarget, acts: &mut MlpActivations, stage: usize) -> Result<()> {
         let c = self.config;
@@ -516,6 +575,11 @@ pub struct MlpActivations {
     choices: [SiteChoice; 2],
     /// The prefill path's GEMMs (gate/up and down).
     gemm: PrefillGemm,
+    /// Scratch of the gate/up projection fused with the add + RMSNorm (the decode path,
+    /// when `m · h` is within the fused kernel's bound).
+    norm_scratch: Option<Tensor<bf16>>,
+    /// Whether [`Mlp::forward_add_norm`] may fuse.
+    fuse_norm: bool,
 }
 
 impl MlpActivations {
@@ -569,6 +633,12 @@ impl MlpActivations {
                 release: ReleaseNext::FirstCta,
                 choices: [SiteChoice::default(); 2],
                 gemm: PrefillGemm::default(),
+                norm_scratch: if m * h <= NORM_PROLOGUE_MAX_ELEMS as usize {
+                    Some(Tensor::zeros(device, &[plan::add_norm_scratch_len(m, inter, h)])?)
+                } else {
+                    None
+                },
+                fuse_norm: true,
             },
             MlpPath::Prefill => MlpActivations {
                 config,
@@ -589,8 +659,16 @@ impl MlpActivations {
                 release: ReleaseNext::LastCta,
                 choices: [SiteChoice::default(); 2],
                 gemm: PrefillGemm::default(),
+                norm_scratch: None,
+                fuse_norm: true,
             },
         })
+    }
+
+    /// Whether [`Mlp::forward_add_norm`] may run the add + RMSNorm inside the gate/up
+    /// projection (on by default; off launches `norm::add_rmsnorm` as its own kernel).
+    pub fn set_norm_fusion(&mut self, fuse: bool) {
+        self.fuse_norm = fuse;
     }
 
     /// Sets which GEMMs the prefill path's gate/up and down projections run (the decode

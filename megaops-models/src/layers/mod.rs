@@ -1,11 +1,13 @@
 //! The layers of a decoder, each a reusable type that takes and returns `Tiled` tensors.
 
+pub mod add_norm;
 pub mod attention;
 pub mod decoder;
 pub mod layout;
 pub mod mlp;
 pub mod prefill_gemm;
 
+pub use add_norm::AddNormInput;
 pub use attention::{Attention, AttentionActivations, AttentionDims, AttentionKind, KvCache, Positions};
 pub use decoder::{DecoderLayer, LayerActivations};
 pub use layout::{DecodeTiles, PassLayout};

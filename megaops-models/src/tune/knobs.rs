@@ -189,6 +189,10 @@ pub struct StepPlan {
     /// Per-site choices; a missing site is left to the planners.
     #[serde(default)]
     pub sites: BTreeMap<Site, SiteChoice>,
+    /// Whether the decoder layers may run their add + RMSNorms inside the projections that
+    /// follow (`None`: yes, where the GEMV planner fuses them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuse_norms: Option<bool>,
 }
 
 impl StepPlan {
@@ -217,7 +221,7 @@ impl StepPlan {
 
     /// Whether nothing is set (the planners' plan).
     pub fn is_default(&self) -> bool {
-        self.streams.is_none() && self.sites.values().all(|c| *c == SiteChoice::default())
+        self.streams.is_none() && self.fuse_norms.is_none() && self.sites.values().all(|c| *c == SiteChoice::default())
     }
 
     /// One line per set choice, e.g. `mlp.down: config 3, splits 2`.
@@ -225,6 +229,9 @@ impl StepPlan {
         let mut out = Vec::new();
         if let Some(s) = self.streams {
             out.push(format!("streams: {s}"));
+        }
+        if let Some(f) = self.fuse_norms {
+            out.push(format!("norm fusion: {}", if f { "on" } else { "off" }));
         }
         for (site, c) in &self.sites {
             let mut parts = Vec::new();
