@@ -192,10 +192,10 @@ pub struct Bench {
     /// Do not use tuned plans from the tune cache (`megaops tune`).
     #[arg(long)]
     pub no_tune_cache: bool,
-    /// Run every add + RMSNorm of the decode steps as its own kernel instead of inside the
-    /// QKV and gate/up GEMVs that follow it.
+    /// Run the decode steps' add + RMSNorms inside the QKV and gate/up GEMVs that follow
+    /// them, where the planner can fuse them (overrides the tuned plan's choice).
     #[arg(long)]
-    pub no_norm_fusion: bool,
+    pub norm_fusion: bool,
     /// GEMMs of the prefills' projections: `rust`, `cublaslt` (4 row chunks per GEMM) or
     /// `cublaslt:<chunks>`.
     #[arg(long, default_value = "rust")]

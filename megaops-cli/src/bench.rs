@@ -112,8 +112,8 @@ pub fn run_bench(b: Bench) -> Result<()> {
             };
             let mut plan =
                 crate::tune::cached_plan(&device, &src.full_config, s.batch, s.workload, gemm, b.no_tune_cache)?;
-            if b.no_norm_fusion {
-                plan.fuse_norms = Some(false);
+            if b.norm_fusion {
+                plan.fuse_norms = Some(true);
             }
             let streams = b.streams.or(plan.streams).unwrap_or(2);
             let row = bench::run(&lm, &name, s, streams, &plan, read_gbps)?;
@@ -204,8 +204,8 @@ fn table(model: &str, rows: &[BenchRow]) -> String {
         .filter(|r| r.prefill_gemm != "rust")
         .map(|r| format!(" (prefill GEMMs: {})", r.prefill_gemm))
         .unwrap_or_default();
-    let fusion = if rows.iter().any(|r| !r.norm_fusion) {
-        " (norm fusion off)"
+    let fusion = if rows.iter().any(|r| r.norm_fusion) {
+        " (norm fusion on)"
     } else {
         ""
     };

@@ -20,12 +20,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// The ablation's settings besides "full": one family held at the planners' values each
 /// (SMEM padding with split counts, as the config families that size a kernel's
 /// footprint; the paper's "SMEM padding and stages").
-const HELD: [(&str, &[Family]); 5] = [
+const HELD: [(&str, &[Family]); 6] = [
     ("no prefetch tuning", &[Family::Prefetch]),
     ("no padding / split tuning", &[Family::Padding, Family::Split]),
     ("no release tuning", &[Family::Release]),
     ("no stream tuning", &[Family::Streams]),
     ("no data-tile tuning", &[Family::DataTile]),
+    ("no norm-fusion tuning", &[Family::Fusion]),
 ];
 
 /// The tune cache to use: `--cache` when given, else [`cache::default_path`].

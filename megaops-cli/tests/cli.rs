@@ -253,17 +253,17 @@ fn bench_writes_one_json_row_per_run() {
         }
     }
     for r in &rows {
-        assert_eq!(r["norm_fusion"], true, "{r}");
+        assert_eq!(r["norm_fusion"], false, "{r}");
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("| short-decode | 2 | eager |"), "{stdout}");
-    assert!(!stdout.contains("norm fusion off"), "{stdout}");
+    assert!(!stdout.contains("norm fusion on"), "{stdout}");
 }
 
-/// `--no-norm-fusion` runs the decode steps with every add + RMSNorm as its own kernel and
-/// says so in the rows and the table.
+/// `--norm-fusion` runs the decode steps' add + RMSNorms inside the projections and says
+/// so in the rows and the table.
 #[test]
-fn bench_can_turn_the_norm_fusion_off() {
+fn bench_can_turn_the_norm_fusion_on() {
     let json = std::env::temp_dir().join(format!("megaops-bench-nf-{}.jsonl", std::process::id()));
     let j = json.to_str().expect("utf-8");
     let out = megaops(&[
@@ -282,7 +282,7 @@ fn bench_can_turn_the_norm_fusion_off() {
         "3",
         "--prefill-reps",
         "1",
-        "--no-norm-fusion",
+        "--norm-fusion",
         "--json",
         j,
     ]);
@@ -294,9 +294,9 @@ fn bench_can_turn_the_norm_fusion_off() {
     let text = std::fs::read_to_string(&json).expect("the JSON file");
     let _ = std::fs::remove_file(&json);
     let row: serde_json::Value = serde_json::from_str(text.lines().next().expect("a row")).expect("JSON");
-    assert_eq!(row["norm_fusion"], false, "{row}");
+    assert_eq!(row["norm_fusion"], true, "{row}");
     assert!(row["step_ms"].as_f64().is_some_and(|t| t > 0.0), "{row}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("(norm fusion off)"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(norm fusion on)"));
 }
 
 #[test]

@@ -364,7 +364,7 @@ pub fn run(
         read_gbps,
         timing: if device.is_cuda() { "cuda-events" } else { "wall" }.into(),
         prefill_gemm: spec.prefill_gemm.name(),
-        norm_fusion: decode_plan.fuse_norms.unwrap_or(true),
+        norm_fusion: decode_plan.fuse_norms.unwrap_or(false),
         device: device.name(),
     })
 }

@@ -426,11 +426,11 @@ impl Pass {
             set.set_choices(plan);
         }
         self.lm_head_choice = plan.site(Site::LmHead);
-        self.set_norm_fusion(plan.fuse_norms.unwrap_or(true));
+        self.set_norm_fusion(plan.fuse_norms.unwrap_or(false));
     }
 
     /// Whether every layer may run its add + RMSNorms inside the projections that follow
-    /// them (on by default; [`LayerActivations::set_norm_fusion`]).
+    /// them (off unless a plan turns it on; [`LayerActivations::set_norm_fusion`]).
     pub fn set_norm_fusion(&mut self, fuse: bool) {
         for set in &mut self.sets {
             set.set_norm_fusion(fuse);

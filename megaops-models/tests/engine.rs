@@ -390,10 +390,10 @@ fn overlapped_serial_graph_and_eager_generations_agree() {
     assert_eq!(a.decode_steps, 5);
 }
 
-/// The decode step runs each layer's add + RMSNorms inside the QKV and gate/up GEMVs
-/// (layer 0's attention norm, which adds no residual, and the final norm stay kernels),
-/// and with the fusion off (`StepPlan::fuse_norms`) runs them as `add_rmsnorm`; both
-/// generations match the reference.
+/// With norm fusion on (`StepPlan::fuse_norms`) the decode step runs each layer's add +
+/// RMSNorms inside the QKV and gate/up GEMVs (layer 0's attention norm, which adds no
+/// residual, and the final norm stay kernels); by default it runs them as `add_rmsnorm`;
+/// both generations match the reference.
 #[test]
 fn decode_fuses_the_add_norms_into_the_projections() {
     let seed = fresh_seed("decode_fuses_the_add_norms_into_the_projections");
@@ -426,16 +426,17 @@ fn decode_fuses_the_add_norms_into_the_projections() {
             ],
         )
     };
-    let (fused_tokens, fused) = launches(None);
+    let (fused_tokens, fused) = launches(Some(true));
     assert_eq!(
         fused,
         [1, 1, layers - 1, layers],
         "rmsnorm, add_rmsnorm, fused QKV, fused gate/up"
     );
-    let (plain_tokens, plain) = launches(Some(false));
-    assert_eq!(plain, [1, 2 * layers, 0, 0], "the fusion off");
+    let (plain_tokens, plain) = launches(None);
+    assert_eq!(launches(Some(false)).1, plain);
+    assert_eq!(plain, [1, 2 * layers, 0, 0], "the fusion off (the default)");
     assert_eq!(fused_tokens, plain_tokens);
-    for fuse in [None, Some(false)] {
+    for fuse in [Some(true), None] {
         check_plan_against_reference(
             "tiny",
             vec![vec![5, 9, 2], vec![8, 8, 1]],

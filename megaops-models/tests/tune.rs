@@ -23,7 +23,8 @@ fn the_space_starts_at_the_planners_choices_and_every_family_is_there() {
     let sms = lm.lm_head().device().sm_count();
     let space = Space::decode(&lm, 2, 64, sms, 2, &[]).expect("space");
     for f in Family::ALL {
-        // Chunk counts belong to the prefill's cuBLASLt subkernels.
+        // Chunk counts belong to the prefill's cuBLASLt subkernels; norm fusion is a knob
+        // of the decode step.
         let here = space.knobs.iter().any(|k| k.family == f);
         assert_eq!(here, f != Family::Chunks, "{f:?} knob");
     }

@@ -610,12 +610,12 @@ impl AttentionActivations {
             } else {
                 None
             },
-            fuse_norm: true,
+            fuse_norm: false,
         })
     }
 
     /// Whether [`Attention::forward_add_norm`] may run the add + RMSNorm inside the QKV
-    /// projection (on by default; off launches `norm::add_rmsnorm` as its own kernel).
+    /// projection (off by default: `norm::add_rmsnorm` runs as its own kernel).
     pub fn set_norm_fusion(&mut self, fuse: bool) {
         self.fuse_norm = fuse;
     }

@@ -6,10 +6,11 @@
 //! (prev) └─ residual ────► res_in ─────────────────────┴─────────────► res_mid ─────────► residual
 //! ```
 //!
-//! On the decode path each add + RMSNorm runs inside the block's first projection where the
+//! With norm fusion on ([`LayerActivations::set_norm_fusion`], a plan's `fuse_norms`), each
+//! add + RMSNorm of the decode path runs inside the block's first projection where the
 //! planner fuses it (`gemv::add_rmsnorm_gemv` for QKV, `gemv::add_rmsnorm_gate_up_silu`
 //! for gate/up: every CTA normalises its own copy of the rows), which takes two kernels
-//! out of the layer; elsewhere it is `norm::add_rmsnorm`. The layer's output is the pair
+//! out of the layer; otherwise it is `norm::add_rmsnorm`. The layer's output is the pair
 //! (MLP output, residual stream `res_mid`), which the next layer's first add + RMSNorm (or
 //! the final norm) sums; layer 0 takes the embedding as both its input and its residual (a
 //! plain RMSNorm, never fused).
@@ -174,7 +175,7 @@ impl LayerActivations {
     }
 
     /// Whether both blocks may run the add + RMSNorm in front of them inside their first
-    /// projection (on by default; see [`Attention::forward_add_norm`] and
+    /// projection (off by default; see [`Attention::forward_add_norm`] and
     /// [`Mlp::forward_add_norm`]).
     pub fn set_norm_fusion(&mut self, fuse: bool) {
         self.attn.set_norm_fusion(fuse);

@@ -638,7 +638,7 @@ impl MlpActivations {
                 } else {
                     None
                 },
-                fuse_norm: true,
+                fuse_norm: false,
             },
             MlpPath::Prefill => MlpActivations {
                 config,
@@ -660,13 +660,13 @@ impl MlpActivations {
                 choices: [SiteChoice::default(); 2],
                 gemm: PrefillGemm::default(),
                 norm_scratch: None,
-                fuse_norm: true,
+                fuse_norm: false,
             },
         })
     }
 
     /// Whether [`Mlp::forward_add_norm`] may run the add + RMSNorm inside the gate/up
-    /// projection (on by default; off launches `norm::add_rmsnorm` as its own kernel).
+    /// projection (off by default: `norm::add_rmsnorm` runs as its own kernel).
     pub fn set_norm_fusion(&mut self, fuse: bool) {
         self.fuse_norm = fuse;
     }

@@ -42,6 +42,8 @@ pub enum Binding {
     DataTile(Site),
     /// Row chunks of a site's cuBLASLt subkernel (value: the most chunks).
     Chunks(Site),
+    /// Norm fusion into the following projections (value: 0 off, 1 on).
+    FuseNorms,
 }
 
 /// The knobs of one decode step and what each sets.
@@ -231,6 +233,14 @@ impl Space {
             vec![2, 3, 4],
             streams as u32,
         );
+        space.add(
+            held,
+            Binding::FuseNorms,
+            Family::Fusion,
+            "norm_fusion".into(),
+            vec![0, 1],
+            0,
+        );
         Ok(space)
     }
 
@@ -374,6 +384,7 @@ impl Space {
         for (binding, &value) in self.bindings.iter().zip(a) {
             match *binding {
                 Binding::Streams => plan.streams = Some(value as usize),
+                Binding::FuseNorms => plan.fuse_norms = Some(value == 1),
                 Binding::Config(site) => plan.site_mut(site).config = Some(value as usize),
                 Binding::Prefetch(site) => {
                     prefetch.insert(site, value);

@@ -78,11 +78,13 @@ pub enum Family {
     DataTile,
     /// Row chunks of the prefill's cuBLASLt subkernels (`--prefill-gemm cublaslt`).
     Chunks,
+    /// Whether the decode step runs its add + RMSNorms inside the following projections.
+    Fusion,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 8] = [
+    pub const ALL: [Family; 9] = [
         Family::TileConfig,
         Family::Prefetch,
         Family::Padding,
@@ -91,6 +93,7 @@ impl Family {
         Family::Streams,
         Family::DataTile,
         Family::Chunks,
+        Family::Fusion,
     ];
 
     /// The name on the command line and in the ablation table.
@@ -104,6 +107,7 @@ impl Family {
             Family::Streams => "streams",
             Family::DataTile => "tiles",
             Family::Chunks => "chunks",
+            Family::Fusion => "fusion",
         }
     }
 
@@ -189,8 +193,8 @@ pub struct StepPlan {
     /// Per-site choices; a missing site is left to the planners.
     #[serde(default)]
     pub sites: BTreeMap<Site, SiteChoice>,
-    /// Whether the decoder layers may run their add + RMSNorms inside the projections that
-    /// follow (`None`: yes, where the GEMV planner fuses them).
+    /// Whether the decoder layers run their add + RMSNorms inside the projections that
+    /// follow, where the GEMV planner can fuse them (`None`: no, each is its own kernel).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fuse_norms: Option<bool>,
 }
