@@ -12,8 +12,9 @@
 #   trace: TESTS' GPU tests, then `megaops generate --trace` for each of TRACE_PRESETS
 #   (128-token prompt, 8 new tokens) and `megaops bench $TRACE_BENCH_ARGS --trace`
 #   (TRACE_TIMEOUT) into $OUT/trace.jsonl; the trace folders packed as $OUT/traces.tgz.
-#   sweep: TESTS' GPU tests, then `megaops bench $SWEEP_ARGS` per binary (SWEEP_BINS) and
-#   stream count (SWEEP_STREAMS), SWEEP_ROUNDS rounds, into $OUT/sweep.jsonl; with
+#   sweep: TESTS' GPU tests, then `megaops bench $SWEEP_ARGS` per binary (SWEEP_BINS),
+#   stream count (SWEEP_STREAMS) and variant (SWEEP_VARIANTS: extra arguments, sets
+#   separated by ';', e.g. " ;--norm-fusion"), SWEEP_ROUNDS rounds, into $OUT/sweep.jsonl; with
 #   NVTX_CHECK=1 first the NVTX check (nvtx_check below) into $OUT/nvtx.log.
 #   nvtx: only the NVTX check.
 #   tune: TESTS' GPU tests, then `megaops tune` for each of TUNE_PRESETS (unset: the
@@ -165,9 +166,10 @@ if [ "$what" = trace ]; then
   tar czf "$OUT/traces.tgz" -C "$OUT" --exclude='bench/*prefill.json' trace && rm -rf "$OUT/trace"
 fi
 if [ "$what" = sweep ]; then
-  # TESTS' GPU tests, then `megaops bench $SWEEP_ARGS --streams S` for every binary of
-  # SWEEP_BINS (default ./megaops) and S of SWEEP_STREAMS (default 2), SWEEP_ROUNDS rounds
-  # (default 2) alternating binaries; rows tagged with bin, streams and round in
+  # TESTS' GPU tests, then `megaops bench $SWEEP_ARGS --streams S $V` for every binary of
+  # SWEEP_BINS (default ./megaops), S of SWEEP_STREAMS (default 2) and V of SWEEP_VARIANTS
+  # (default: none), SWEEP_ROUNDS rounds (default 2) alternating binaries; rows tagged with
+  # bin, streams, variant and round in
   # $OUT/sweep.jsonl; with SWEEP_TRACE_STREAMS, the first binary re-runs traced at that
   # stream count into $OUT/sweep-trace.tgz (JSON only).
   named_gpu_tests "$OUT/sweep"
@@ -175,11 +177,16 @@ if [ "$what" = sweep ]; then
   for round in $(seq 1 "${SWEEP_ROUNDS:-2}"); do
     for b in ${SWEEP_BINS:-./megaops}; do
       for st in ${SWEEP_STREAMS:-2}; do
-        tag="$(basename "$b")-s$st-r$round"
-        timeout -k 5 "${SWEEP_TIMEOUT:-100}" "$b" bench ${SWEEP_ARGS:-} --streams "$st" --json "$OUT/sweep/$tag.jsonl" \
-          > "$OUT/sweep/$tag.md" 2> "$OUT/sweep/$tag.err"
-        echo "sweep $tag: rc=$? at +$(( $(date +%s) - t0 ))s" >> "$summary"
-        sed "s/^{/{\"bin\":\"$(basename "$b")\",\"streams\":$st,\"round\":$round,/" "$OUT/sweep/$tag.jsonl" >> "$OUT/sweep.jsonl"
+        IFS=';' read -r -a variants <<< "${SWEEP_VARIANTS:- }"
+        for vi in "${!variants[@]}"; do
+          v=${variants[$vi]}
+          tag="$(basename "$b")-s$st-v$vi-r$round"
+          timeout -k 5 "${SWEEP_TIMEOUT:-100}" "$b" bench ${SWEEP_ARGS:-} --streams "$st" $v --json "$OUT/sweep/$tag.jsonl" \
+            > "$OUT/sweep/$tag.md" 2> "$OUT/sweep/$tag.err"
+          echo "sweep $tag ($v): rc=$? at +$(( $(date +%s) - t0 ))s" >> "$summary"
+          sed "s/^{/{\"bin\":\"$(basename "$b")\",\"streams\":$st,\"variant\":\"$(echo $v)\",\"round\":$round,/" \
+            "$OUT/sweep/$tag.jsonl" >> "$OUT/sweep.jsonl"
+        done
       done
     done
   done
@@ -199,9 +206,9 @@ import json, sys, collections
 rows = collections.defaultdict(list)
 for l in open(sys.argv[1]):
     r = json.loads(l)
-    rows[(r["model"], r["workload"], r["batch"], r["mode"], r["bin"], r["streams"])].append(r["step_ms"])
+    rows[(r["model"], r["workload"], r["batch"], r["mode"], r["bin"], r["streams"], r.get("variant", ""))].append(r["step_ms"])
 for k, v in sorted(rows.items()):
-    print("%-12s %-12s b=%-2d %-10s %-18s s=%d step_ms %s" % (k + (" ".join("%.4f" % x for x in v),)))
+    print("%-12s %-12s b=%-2d %-10s %-18s s=%d %-14s step_ms %s" % (k + (" ".join("%.4f" % x for x in v),)))
 ' "$OUT/sweep.jsonl" >> "$summary"
 fi
 if [ "$what" = tune ]; then
@@ -284,3 +291,4 @@ fi
 grep -a -E "^(test .* FAILED|failures:|---- |thread .* panicked)" "$OUT/tests.log" 2>/dev/null | head -40 >> "$summary"
 echo "== summary"; cat "$summary"
 [ -f "$OUT/results.md" ] && { echo "== results"; cat "$OUT/results.md"; }
+exit 0
