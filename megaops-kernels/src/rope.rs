@@ -207,7 +207,7 @@ unsafe fn rope_tile<const D: u32, const THREADS: u32>(
             0
         };
         // SAFETY: row `pos < max_pos` of the table.
-        let rotated = unsafe { rotate::<D>(x, p.cos_sin.add((pos * D) as usize), chunk, lpv, p.flags) };
+        let rotated = unsafe { rotate(x, p.cos_sin.add((pos * D) as usize), chunk, lpv, p.flags) };
         if active {
             // SAFETY: t < m, slot checked against cache_rows.
             unsafe {
@@ -236,7 +236,7 @@ unsafe fn rope_tile<const D: u32, const THREADS: u32>(
 /// the warp must call it; the sum reduces within aligned groups of `lpv` lanes). Returns
 /// `x` unchanged when `apply` is false.
 #[inline(always)]
-fn head_norm(x: [f32; 8], w: [f32; 8], lpv: u32, d: u32, eps: f32, apply: bool) -> [f32; 8] {
+pub(crate) fn head_norm(x: [f32; 8], w: [f32; 8], lpv: u32, d: u32, eps: f32, apply: bool) -> [f32; 8] {
     let mut ss = 0.0f32;
     for v in x {
         ss += v * v;
@@ -254,14 +254,15 @@ fn head_norm(x: [f32; 8], w: [f32; 8], lpv: u32, d: u32, eps: f32, apply: bool) 
     }
 }
 
-/// Rotates the 8 elements `8·chunk ..` of a head vector (every lane of the warp must call
+/// Rotates the 8 elements `8·chunk ..` of a head vector of `8·lpv` elements (every lane of the warp must call
 /// it: `rotate_half` exchanges halves between lanes `lpv / 2` apart).
 ///
 /// # Safety
-/// `table` points to a row of `D` f32 (cos, then sin), 16-byte aligned.
+/// `table` points to a row of `8·lpv` f32 (cos, then sin), 16-byte aligned.
 #[inline(always)]
-unsafe fn rotate<const D: u32>(x: [f32; 8], table: *const f32, chunk: u32, lpv: u32, flags: u32) -> [f32; 8] {
-    let half = (D / 2) as usize;
+pub(crate) unsafe fn rotate(x: [f32; 8], table: *const f32, chunk: u32, lpv: u32, flags: u32) -> [f32; 8] {
+    // A head vector is `lpv` lanes of 8 elements.
+    let half = (4 * lpv) as usize;
     if flags & INTERLEAVED != 0 {
         // Pairs (2i, 2i+1) of this lane: frequencies 4·chunk .. 4·chunk + 4.
         let f = 4 * chunk as usize;

@@ -15,22 +15,54 @@
 //! Memory-bound by design: K and V bytes dominate; the partials add
 //! `2·G·splits·(D + 2)·4` bytes per (b, h), a few percent at the split counts
 //! [`splits_for`] picks.
+//!
+//! [`decode_attention_rope`] is the same kernel with the decode step's QK-norm, RoPE and
+//! KV-cache write in front (what [`crate::rope::qk_norm_rope`] does for one token per
+//! sequence): each CTA rotates its own query heads from the QKV projection's output, and
+//! the CTA whose split holds the new position writes its key and value rows.
 
 // Constant-index loops on purpose, throughout: `iter_mut`/`zip`/`array::from_fn` over the
 // softmax state took its address, which moved it to local memory on nvptx (a 240-byte
 // stack, ~550 local loads and stores per block of positions) and kept the loops rolled.
 #![allow(clippy::needless_range_loop)]
 
-use crate::attention::math::{LOG2_E, exp2, fma, recip, unpack8, unroll};
+use crate::attention::math::{LOG2_E, exp2, fma, pack8, recip, unpack8, unroll};
 use megaops::bf16;
 use megaops::device::atomic::{self, AcqRel, Gpu, Relaxed};
 use megaops::device::convert::pack_bf16x2;
 use megaops::device::fence::fence;
 use megaops::device::math::exp2_approx;
-use megaops::device::memory::{ld_global_cg_v2_u32, ld_global_cg_v4_u32, st_global_v2_u32, st_global_v4_f32};
+use megaops::device::memory::{
+    ld_global_cg_v2_u32, ld_global_cg_v4_u32, ld_global_nc_v4_u32, st_global_v2_u32, st_global_v4_f32, st_global_v4_u32,
+};
 use megaops::device::shared::{self, SharedPtr};
 use megaops::device::thread::{lane_id, sync_threads, sync_threads_or, thread_idx_x, warp_id};
 use megaops::device::warp::{FULL_MASK, shfl_xor_sync};
+
+/// The tile configs of [`decode_attention`] and [`decode_attention_rope`]
+/// (`configs = decode_configs!`): one list, so that [`config_index`] serves both.
+macro_rules! decode_configs {
+    (#[$($kernel:tt)*] $($item:tt)*) => {
+        #[$($kernel)*]
+        #[config(D = 128, G = 1, U = 4, THREADS = 128)]
+        #[config(D = 128, G = 2, U = 4, THREADS = 128)]
+        #[config(D = 128, G = 4, U = 4, THREADS = 128)]
+        #[config(D = 128, G = 8, U = 2, THREADS = 128)]
+        #[config(D = 64, G = 1, U = 4, THREADS = 128)]
+        #[config(D = 64, G = 2, U = 4, THREADS = 128)]
+        #[config(D = 64, G = 4, U = 4, THREADS = 128)]
+        #[config(D = 64, G = 8, U = 2, THREADS = 128)]
+        #[config(D = 128, G = 3, U = 4, THREADS = 128)]
+        #[config(D = 128, G = 5, U = 2, THREADS = 128)]
+        #[config(D = 128, G = 6, U = 2, THREADS = 128)]
+        #[config(D = 128, G = 7, U = 2, THREADS = 128)]
+        #[config(D = 64, G = 3, U = 4, THREADS = 128)]
+        #[config(D = 64, G = 5, U = 2, THREADS = 128)]
+        #[config(D = 64, G = 6, U = 2, THREADS = 128)]
+        #[config(D = 64, G = 7, U = 2, THREADS = 128)]
+        $($item)*
+    };
+}
 
 /// Split-KV decode attention with GQA and the combine of the splits; see the module docs.
 ///
@@ -75,23 +107,8 @@ use megaops::device::warp::{FULL_MASK, shfl_xor_sync};
     check(hq == hkv * G, "this tile config serves G = hq / hkv query heads per kv head: pick it with decode::config_index"),
     check(splits >= 1, "splits must be at least 1"),
     check(batch * max_seq <= cache_rows, "the caches need batch·max_seq rows"),
+    configs = decode_configs!,
 )]
-#[config(D = 128, G = 1, U = 4, THREADS = 128)]
-#[config(D = 128, G = 2, U = 4, THREADS = 128)]
-#[config(D = 128, G = 4, U = 4, THREADS = 128)]
-#[config(D = 128, G = 8, U = 2, THREADS = 128)]
-#[config(D = 64, G = 1, U = 4, THREADS = 128)]
-#[config(D = 64, G = 2, U = 4, THREADS = 128)]
-#[config(D = 64, G = 4, U = 4, THREADS = 128)]
-#[config(D = 64, G = 8, U = 2, THREADS = 128)]
-#[config(D = 128, G = 3, U = 4, THREADS = 128)]
-#[config(D = 128, G = 5, U = 2, THREADS = 128)]
-#[config(D = 128, G = 6, U = 2, THREADS = 128)]
-#[config(D = 128, G = 7, U = 2, THREADS = 128)]
-#[config(D = 64, G = 3, U = 4, THREADS = 128)]
-#[config(D = 64, G = 5, U = 2, THREADS = 128)]
-#[config(D = 64, G = 6, U = 2, THREADS = 128)]
-#[config(D = 64, G = 7, U = 2, THREADS = 128)]
 pub unsafe fn decode_attention(
     q: *const bf16,
     k_cache: *const bf16,
@@ -177,6 +194,268 @@ unsafe fn run_split<const D: usize, const G: usize, const U: usize, const NW: us
     // SAFETY: workspace sized for (batch, hkv, splits, G, D) (kernel contract); dynamic
     // shared memory sized by the annotation.
     unsafe { finish::<D, G, NW, THREADS>(state, &job, &ws, o) };
+}
+
+/// [`decode_attention`] with the new token's QK-norm, RoPE and KV-cache write in front:
+/// the decode step's [`crate::rope::qk_norm_rope`] → [`decode_attention`] pair in one
+/// launch, reading the QKV projection's output directly.
+///
+/// CTA `(b, h, s)` waits for row `b` of `qkv`, normalises (with [`crate::rope::QK_NORM`])
+/// and rotates its group's `G` query heads itself, rounds them to bf16 as `q_out` would
+/// be, and attends over positions `start..end` of its split as [`decode_attention`] does.
+/// The CTA whose split holds the new token's position (`slots[b] - b·max_seq`; the last
+/// split when that position is past `lens[b]`) also normalises and rotates key head `h`
+/// and writes it and value head `h` to cache row `slots[b]` before it attends; a slot
+/// outside sequence `b`'s rows is not written. Results are bit for bit those of
+/// `qk_norm_rope` followed by `decode_attention`.
+///
+/// Layouts: `qkv` `[batch, (hq + 2·hkv)·D]` as [`crate::rope::qk_norm_rope`] reads it;
+/// `positions`, `slots` `[batch]` (as there, one token per sequence); `cos_sin`
+/// `[max_pos, D]`; `q_norm`, `k_norm` `[D]`; `flags` [`crate::rope::QK_NORM`] |
+/// [`crate::rope::INTERLEAVED`]; caches `[cache_rows = batch·max_seq, hkv·D]`; `lens`,
+/// the workspace and `o` as [`decode_attention`].
+///
+/// Kernel tiles: as [`decode_attention`]. Each also signals the caches' rows of its
+/// sequence and columns of its kv head (`split = pid_s`), so a consumer that reads a cache
+/// whole starts once every CTA is done. Configs: [`decode_attention`]'s ([`config_index`]).
+///
+/// Emits what [`decode_attention`] and `qk_norm_rope` do (`ld.global.cg.v4`,
+/// `ld.global.nc.v4`, `shfl.sync.bfly`, `st.global.v4`), plus one `bar.sync` in the CTA that
+/// writes the cache row.
+///
+/// # Safety
+/// Pointers valid for the shapes above; `splits >= 1`, `max_pos > 0`, `lens[b] <= max_seq`.
+#[megaops::kernel(
+    block = THREADS,
+    smem = (THREADS / 32) * G * (D + 2) * 4,
+    tiles(pid_b = batch, pid_h = hkv, pid_s = splits),
+    input(qkv[batch, (hq + 2 * hkv) * D] = [pid_b: 1, _]),
+    output(k_cache[cache_rows, hkv * D] = [pid_b: max_seq, pid_h: D], split = pid_s),
+    output(v_cache[cache_rows, hkv * D] = [pid_b: max_seq, pid_h: D], split = pid_s),
+    output(o[batch, hq * D] = [pid_b: 1, pid_h: G * D], split = pid_s),
+    tensor(positions[batch]),
+    tensor(slots[batch]),
+    tensor(lens[batch]),
+    tensor(cos_sin[max_pos, D]),
+    tensor(q_norm[D]),
+    tensor(k_norm[D]),
+    scratch(part_o[batch * hq * splits * D]),
+    scratch(part_ml[batch * hq * splits * 2]),
+    scratch(counters[batch * hkv]),
+    check(hq == hkv * G, "this tile config serves G = hq / hkv query heads per kv head: pick it with decode::config_index"),
+    check(splits >= 1, "splits must be at least 1"),
+    check(max_seq > 0 && batch * max_seq == cache_rows, "the caches need exactly batch·max_seq rows (a CTA signals its sequence's rows)"),
+    check(max_pos > 0, "the cos/sin table needs at least one position"),
+    configs = decode_configs!,
+)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn decode_attention_rope(
+    qkv: *const bf16,
+    positions: *const u32,
+    slots: *const u32,
+    lens: *const u32,
+    cos_sin: *const f32,
+    q_norm: *const bf16,
+    k_norm: *const bf16,
+    part_o: *mut f32,
+    part_ml: *mut f32,
+    counters: *mut u32,
+    k_cache: *mut bf16,
+    v_cache: *mut bf16,
+    o: *mut bf16,
+    batch: u32,
+    hq: u32,
+    hkv: u32,
+    max_seq: u32,
+    cache_rows: u32,
+    splits: u32,
+    max_pos: u32,
+    flags: u32,
+    eps: f32,
+    scale: f32,
+) {
+    if hq != hkv * G {
+        return;
+    }
+    // SAFETY: pid_b < batch.
+    let (len, pos, slot) = unsafe {
+        (
+            (*lens.add(pid_b as usize)).min(max_seq),
+            (*positions.add(pid_b as usize)).min(max_pos - 1),
+            *slots.add(pid_b as usize),
+        )
+    };
+    let chunk = len.div_ceil(splits.max(1));
+    let start = (pid_s * chunk).min(len);
+    let end = (start + chunk).min(len);
+    // The split that reads the new token's row writes it (the last one when nobody reads it).
+    let seq0 = pid_b * max_seq;
+    let p_new = slot.wrapping_sub(seq0);
+    let in_seq = slot >= seq0 && p_new < max_seq;
+    let writes = in_seq && ((p_new >= start && p_new < end) || (pid_s + 1 == splits && p_new >= end));
+    // SAFETY: the kernel contract; `qkv` was waited for by this statement (it mentions it);
+    // the caches are this CTA's own region (rows of sequence b, kv head h).
+    unsafe {
+        run_rope_split::<{ D as usize }, { G as usize }, { U as usize }, { (THREADS / 32) as usize }, THREADS>(
+            qkv,
+            cos_sin,
+            q_norm,
+            k_norm,
+            pos,
+            flags,
+            eps,
+            k_cache,
+            v_cache,
+            o,
+            part_o,
+            part_ml,
+            counters,
+            pid_b,
+            pid_h,
+            pid_s,
+            hq,
+            hkv,
+            splits,
+            start,
+            end,
+            max_seq,
+            if writes { slot } else { u32::MAX },
+            scale,
+        )
+    };
+}
+
+/// The RoPE inputs of [`decode_attention_rope`] (built inside [`run_rope_split`], whose
+/// arguments are scalars so that they stay in registers).
+struct RopeIn {
+    qkv: *const bf16,
+    cos_sin: *const f32,
+    q_norm: *const bf16,
+    k_norm: *const bf16,
+    /// The new token's position (clamped to the table).
+    pos: u32,
+    flags: u32,
+    eps: f32,
+}
+
+/// One CTA of [`decode_attention_rope`]: the cache row (when `slot != u32::MAX`), the
+/// group's rotated queries, then [`attend`] and [`finish`] as in [`run_split`].
+///
+/// # Safety
+/// As for [`decode_attention_rope`]; `slot` is `u32::MAX` or a row of sequence `b` that no
+/// other CTA reads.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_rope_split<const D: usize, const G: usize, const U: usize, const NW: usize, const THREADS: u32>(
+    qkv: *const bf16,
+    cos_sin: *const f32,
+    q_norm: *const bf16,
+    k_norm: *const bf16,
+    pos: u32,
+    flags: u32,
+    eps: f32,
+    k_cache: *mut bf16,
+    v_cache: *mut bf16,
+    o: *mut bf16,
+    part_o: *mut f32,
+    part_ml: *mut f32,
+    counters: *mut u32,
+    b: u32,
+    h: u32,
+    s: u32,
+    hq: u32,
+    hkv: u32,
+    splits: u32,
+    start: u32,
+    end: u32,
+    max_seq: u32,
+    slot: u32,
+    scale: f32,
+) {
+    let job = Job {
+        b,
+        h,
+        s,
+        hkv,
+        splits,
+        start,
+        end,
+        max_seq,
+    };
+    let ws = Workspace {
+        part_o,
+        part_ml,
+        counters,
+    };
+    let rope = RopeIn {
+        qkv,
+        cos_sin,
+        q_norm,
+        k_norm,
+        pos,
+        flags,
+        eps,
+    };
+    let rope = &rope;
+    let (r, c) = lane_slot::<D>();
+    let row = rope.qkv.wrapping_add(b as usize * (hq + 2 * hkv) as usize * D);
+    // SAFETY: row `pos` of the table (clamped by the caller).
+    let table = rope.cos_sin.wrapping_add(rope.pos as usize * D);
+    let kv_dim = hkv as usize * D;
+    if slot != u32::MAX {
+        // SAFETY: key and value head h of row b of qkv; the [D] norm weights.
+        let (k, v) = unsafe {
+            let col = (hq + h) as usize * D + 8 * c;
+            let k = rope_head::<D>(rope, ld_global_cg_v4_u32(row.add(col).cast()), rope.k_norm, table);
+            (k, ld_global_cg_v4_u32(row.add(col + kv_dim).cast()))
+        };
+        if warp_id() == 0 && r == 0 {
+            let dst = slot as usize * kv_dim + h as usize * D + 8 * c;
+            // SAFETY: `slot` is a row of sequence b (caller), column range of kv head h.
+            unsafe {
+                st_global_v4_u32(k_cache.add(dst).cast(), k);
+                st_global_v4_u32(v_cache.add(dst).cast(), v);
+            }
+        }
+    }
+    let qscale = scale * LOG2_E;
+    let mut qf = [[0.0f32; 8]; G];
+    unroll!(G, max 8, |g| {
+        let col = (h as usize * G + g) * D + 8 * c;
+        // SAFETY: query head h·G + g of row b of qkv.
+        let q = unsafe { rope_head::<D>(rope, ld_global_cg_v4_u32(row.add(col).cast()), rope.q_norm, table) };
+        qf[g] = unpack8(q).map(|x| x * qscale);
+    });
+    if slot != u32::MAX {
+        // The cache row is read by `attend` below (CTA-uniform branch).
+        sync_threads();
+    }
+    let row0 = job.b as usize * job.max_seq as usize * kv_dim;
+    // SAFETY: rows b·max_seq + p, p < len <= max_seq, of the caches.
+    let state = unsafe { attend::<D, G, U, NW>(k_cache.add(row0), v_cache.add(row0), &job, &qf) };
+    // SAFETY: workspace sized for (batch, hkv, splits, G, D) (kernel contract); dynamic
+    // shared memory sized by the annotation.
+    unsafe { finish::<D, G, NW, THREADS>(state, &job, &ws, o) };
+}
+
+/// One q or k head vector of the new token, 8 elements per lane: QK-norm with `norm_w`
+/// (flag [`crate::rope::QK_NORM`]), RoPE at the table row, rounded to bf16 (as
+/// `qk_norm_rope` stores it). Every lane of the warp calls it.
+///
+/// # Safety
+/// `norm_w` points to `[D]` bf16; `table` to a row of the cos/sin table.
+#[inline(always)]
+unsafe fn rope_head<const D: usize>(rope: &RopeIn, raw: [u32; 4], norm_w: *const bf16, table: *const f32) -> [u32; 4] {
+    let lpv = (D / 8) as u32;
+    let (_, c) = lane_slot::<D>();
+    let mut x = unpack8(raw);
+    if rope.flags & crate::rope::QK_NORM != 0 {
+        // SAFETY: lane c's 8 weights of [D].
+        let w = unpack8(unsafe { ld_global_nc_v4_u32(norm_w.add(8 * c).cast()) });
+        x = crate::rope::head_norm(x, w, lpv, D as u32, rope.eps, true);
+    }
+    // SAFETY: forwarded.
+    pack8(unsafe { crate::rope::rotate(x, table, c as u32, lpv, rope.flags) })
 }
 
 /// What one CTA computes.
