@@ -196,6 +196,10 @@ pub struct Bench {
     /// them, where the planner can fuse them (overrides the tuned plan's choice).
     #[arg(long)]
     pub norm_fusion: bool,
+    /// Run the decode steps' QK-norm, RoPE and KV-cache write as their own kernel before
+    /// decode attention instead of inside it (overrides the tuned plan's choice).
+    #[arg(long)]
+    pub no_rope_fusion: bool,
     /// GEMMs of the prefills' projections: `rust`, `cublaslt` (4 row chunks per GEMM) or
     /// `cublaslt:<chunks>`.
     #[arg(long, default_value = "rust")]

@@ -115,6 +115,9 @@ pub fn run_bench(b: Bench) -> Result<()> {
             if b.norm_fusion {
                 plan.fuse_norms = Some(true);
             }
+            if b.no_rope_fusion {
+                plan.fuse_rope = Some(false);
+            }
             let streams = b.streams.or(plan.streams).unwrap_or(2);
             let row = bench::run(&lm, &name, s, streams, &plan, read_gbps)?;
             write_json(&mut json, b.json.as_deref(), &row)?;
@@ -204,10 +207,11 @@ fn table(model: &str, rows: &[BenchRow]) -> String {
         .filter(|r| r.prefill_gemm != "rust")
         .map(|r| format!(" (prefill GEMMs: {})", r.prefill_gemm))
         .unwrap_or_default();
-    let fusion = if rows.iter().any(|r| r.norm_fusion) {
-        " (norm fusion on)"
-    } else {
-        ""
+    let fusion = match (rows.iter().any(|r| r.norm_fusion), rows.iter().any(|r| !r.rope_fusion)) {
+        (false, false) => "",
+        (true, false) => " (norm fusion on)",
+        (false, true) => " (rope fusion off)",
+        (true, true) => " (norm fusion on, rope fusion off)",
     };
     let mut s = format!(
         "### {model}{gemm}{fusion}\n\n| workload | batch | mode | step ms | p10–p90 ms | tokens/s | GB/s | MBU | prefill ms |\n|---|---|---|---|---|---|---|---|---|\n"

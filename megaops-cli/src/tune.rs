@@ -26,7 +26,7 @@ const HELD: [(&str, &[Family]); 6] = [
     ("no release tuning", &[Family::Release]),
     ("no stream tuning", &[Family::Streams]),
     ("no data-tile tuning", &[Family::DataTile]),
-    ("no norm-fusion tuning", &[Family::Fusion]),
+    ("no fusion tuning", &[Family::Fusion]),
 ];
 
 /// The tune cache to use: `--cache` when given, else [`cache::default_path`].

@@ -254,16 +254,17 @@ fn bench_writes_one_json_row_per_run() {
     }
     for r in &rows {
         assert_eq!(r["norm_fusion"], false, "{r}");
+        assert_eq!(r["rope_fusion"], true, "{r}");
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("| short-decode | 2 | eager |"), "{stdout}");
     assert!(!stdout.contains("norm fusion on"), "{stdout}");
 }
 
-/// `--norm-fusion` runs the decode steps' add + RMSNorms inside the projections and says
-/// so in the rows and the table.
+/// `--norm-fusion` runs the decode steps' add + RMSNorms inside the projections,
+/// `--no-rope-fusion` their QK-norm + RoPE before attention; the rows and the table say so.
 #[test]
-fn bench_can_turn_the_norm_fusion_on() {
+fn bench_can_switch_the_fusions() {
     let json = std::env::temp_dir().join(format!("megaops-bench-nf-{}.jsonl", std::process::id()));
     let j = json.to_str().expect("utf-8");
     let out = megaops(&[
@@ -283,6 +284,7 @@ fn bench_can_turn_the_norm_fusion_on() {
         "--prefill-reps",
         "1",
         "--norm-fusion",
+        "--no-rope-fusion",
         "--json",
         j,
     ]);
@@ -295,8 +297,9 @@ fn bench_can_turn_the_norm_fusion_on() {
     let _ = std::fs::remove_file(&json);
     let row: serde_json::Value = serde_json::from_str(text.lines().next().expect("a row")).expect("JSON");
     assert_eq!(row["norm_fusion"], true, "{row}");
+    assert_eq!(row["rope_fusion"], false, "{row}");
     assert!(row["step_ms"].as_f64().is_some_and(|t| t > 0.0), "{row}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("(norm fusion on)"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(norm fusion on, rope fusion off)"));
 }
 
 #[test]
@@ -364,7 +367,7 @@ fn generate_writes_a_trace_of_the_prefill_and_a_decode_step() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stdout.contains("decode step: ") && stdout.contains("exposed µs") && stdout.contains("decode_attention["),
+        stdout.contains("decode step: ") && stdout.contains("exposed µs") && stdout.contains("decode_attention_rope["),
         "the breakdown table is printed: {stdout}"
     );
     assert_eq!(

@@ -197,6 +197,9 @@ pub struct BenchRow {
     /// Whether the decode steps ran their add + RMSNorms inside the projections
     /// ([`StepPlan::fuse_norms`]).
     pub norm_fusion: bool,
+    /// Whether decode attention ran the QK-norm, RoPE and cache write itself
+    /// ([`StepPlan::fuse_rope`]).
+    pub rope_fusion: bool,
 }
 
 /// `n` deterministic pseudo-random values below `below` (xorshift).
@@ -365,6 +368,7 @@ pub fn run(
         timing: if device.is_cuda() { "cuda-events" } else { "wall" }.into(),
         prefill_gemm: spec.prefill_gemm.name(),
         norm_fusion: decode_plan.fuse_norms.unwrap_or(false),
+        rope_fusion: decode_plan.fuse_rope.unwrap_or(true),
         device: device.name(),
     })
 }

@@ -427,6 +427,15 @@ impl Pass {
         }
         self.lm_head_choice = plan.site(Site::LmHead);
         self.set_norm_fusion(plan.fuse_norms.unwrap_or(false));
+        self.set_rope_fusion(plan.fuse_rope.unwrap_or(true));
+    }
+
+    /// Whether every layer's decode attention runs the QK-norm, RoPE and KV-cache write
+    /// itself (on unless a plan turns it off; [`LayerActivations::set_rope_fusion`]).
+    pub fn set_rope_fusion(&mut self, fuse: bool) {
+        for set in &mut self.sets {
+            set.set_rope_fusion(fuse);
+        }
     }
 
     /// Whether every layer may run its add + RMSNorms inside the projections that follow

@@ -450,6 +450,65 @@ fn decode_fuses_the_add_norms_into_the_projections() {
     }
 }
 
+/// By default (`StepPlan::fuse_rope` unset) the decode step runs each layer's QK-norm,
+/// RoPE and cache write inside decode attention (`decode_attention_rope`), with the
+/// fusion off as `qk_norm_rope` then `decode_attention`: the same tokens and logits bit
+/// for bit, for Qwen3 (QK-norm) and Llama-3, and both match the reference.
+#[test]
+fn decode_fuses_the_rope_into_attention() {
+    for name in ["tiny", "tiny-llama"] {
+        let seed = fresh_seed("decode_fuses_the_rope_into_attention");
+        let dev = cpu_device(seed).expect("cpu device");
+        let (config, _, lm) = load(&dev, name, seed);
+        let layers = config.num_hidden_layers;
+        let prompts = vec![vec![3, 1, 4], vec![2, 7, 1]];
+        let launches = |fuse: Option<bool>| {
+            let opts = GenerateOptions {
+                max_new_tokens: 3,
+                ignore_eos: true,
+                trace: true,
+                plan: StepPlan {
+                    fuse_rope: fuse,
+                    ..StepPlan::default()
+                },
+                ..GenerateOptions::default()
+            };
+            let s = AsyncStream::new(&dev, 2).expect("stream");
+            let out = generate(&lm, &s, &prompts, &opts, &mut |_, _| {}).expect("generate");
+            let decode = out.traces.and_then(|t| t.decode).expect("a decode trace");
+            let count = |kernel: &str| decode.launches.iter().filter(|l| l.kernel == kernel).count();
+            (
+                out.tokens,
+                out.logits,
+                [
+                    count("qk_norm_rope"),
+                    count("decode_attention"),
+                    count("decode_attention_rope"),
+                ],
+            )
+        };
+        let (fused_tokens, fused_logits, fused) = launches(None);
+        assert_eq!(fused, [0, 0, layers], "{name}: the fusion on (the default)");
+        assert_eq!(launches(Some(true)).2, fused);
+        let (plain_tokens, plain_logits, plain) = launches(Some(false));
+        assert_eq!(plain, [layers, layers, 0], "{name}: the fusion off");
+        assert_eq!(fused_tokens, plain_tokens, "{name}");
+        assert_eq!(fused_logits, plain_logits, "{name}: the same bits either way");
+        for fuse in [None, Some(false)] {
+            check_plan_against_reference(
+                name,
+                vec![vec![5, 9, 2], vec![8, 8, 1]],
+                4,
+                |d| AsyncStream::new(d, 3).expect("stream"),
+                StepPlan {
+                    fuse_rope: fuse,
+                    ..StepPlan::default()
+                },
+            );
+        }
+    }
+}
+
 #[test]
 fn bad_requests_fail_before_any_device_work() {
     let config = presets::preset("tiny").expect("preset");

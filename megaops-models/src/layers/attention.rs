@@ -5,6 +5,10 @@
 //!                                                    └────► k/v cache rows ──┘
 //! ```
 //!
+//! On the decode path `qk_norm_rope` and attention are one kernel by default,
+//! `decode_attention_rope`, which reads `qkv` directly and writes the cache rows itself
+//! ([`AttentionActivations::set_rope_fusion`]).
+//!
 //! Projections take the GEMV kernels for at most [`DECODE_MAX_M`] rows and the
 //! tensor-core GEMM above; attention is split-KV decode attention for one new token per
 //! sequence and causal flash attention over the cache for a prompt.
@@ -19,7 +23,7 @@ use crate::tune::SiteChoice;
 use megaops::launch::AsInput;
 use megaops::subkernel::cublaslt::Shaped;
 use megaops::{Device, DynGrid, DynRows, LaunchOptions, LaunchTarget, R2, ReleaseNext, Tensor, Tiled, bf16};
-use megaops_kernels::attention::decode::{self, DecodeWorkspace, decode_attention};
+use megaops_kernels::attention::decode::{self, DecodeWorkspace, decode_attention, decode_attention_rope};
 use megaops_kernels::attention::prefill::{self, prefill_attention};
 use megaops_kernels::gemv::plan::{self, Placement, SplitWorkspace};
 use megaops_kernels::gemv::{NORM_PROLOGUE_MAX_ELEMS, add_rmsnorm_gemv, gemv};
@@ -330,7 +334,8 @@ impl Attention {
         Ok(())
     }
 
-    /// Everything after the QKV projection: QK-norm, RoPE and the cache write, attention,
+    /// Everything after the QKV projection: QK-norm, RoPE and the cache write, attention
+    /// (one fused kernel on the decode path, [`AttentionActivations::set_rope_fusion`]),
     /// the output projection.
     fn after_qkv(
         &self,
@@ -339,12 +344,13 @@ impl Attention {
         pos: &Positions<'_>,
         acts: &mut AttentionActivations,
     ) -> Result<()> {
+        if acts.kind == AttentionKind::Decode && acts.fuse_rope && acts.m == cache.batch {
+            self.rope_attention(on, cache, pos, acts)?;
+            return self.o_proj(on, acts);
+        }
         let d = self.dims;
         let m = acts.m as u32;
-        let (h, qd) = (d.hidden as u32, d.q_dim() as u32);
         let (hq, hkv, dh) = (d.hq as u32, d.hkv as u32, d.head_dim as u32);
-        let sms = on.device().sm_count();
-        let gemv = acts.m <= DECODE_MAX_M;
         // QK-norm, RoPE and the cache write.
         let rope_config = rope_config(dh, (d.hq + 2 * d.hkv) as u32, acts.kind)?;
         let flags = if d.qk_norm { rope::QK_NORM } else { 0 };
@@ -429,7 +435,69 @@ impl Attention {
                 )?;
             }
         }
-        // Output projection.
+        self.o_proj(on, acts)
+    }
+
+    /// The decode path's QK-norm, RoPE, cache write and attention in one kernel
+    /// (`decode::decode_attention_rope`), reading `acts.qkv` directly.
+    fn rope_attention(
+        &self,
+        on: &impl LaunchTarget,
+        cache: &mut KvCache,
+        pos: &Positions<'_>,
+        acts: &mut AttentionActivations,
+    ) -> Result<()> {
+        let d = self.dims;
+        let (hq, hkv, dh) = (d.hq as u32, d.hkv as u32, d.head_dim as u32);
+        let config = decode::config_index(dh, hq, hkv)
+            .ok_or_else(|| ModelError::Unsupported(format!("decode attention for head_dim {dh}, {hq}/{hkv} heads")))?;
+        let opts = acts.choices[2].apply(acts.opts(config));
+        let flags = if d.qk_norm { rope::QK_NORM } else { 0 };
+        let ws = acts
+            .decode_ws
+            .as_mut()
+            .ok_or_else(|| ModelError::Request("decode activations lack their workspace".into()))?;
+        let (max_seq, cache_rows) = (cache.max_seq as u32, cache.rows() as u32);
+        acts.o.rearm();
+        cache.k.rearm();
+        cache.v.rearm();
+        decode_attention_rope::launch_with(
+            on,
+            &opts,
+            &acts.qkv,
+            pos.positions,
+            pos.slots,
+            pos.lens,
+            pos.cos_sin,
+            &self.q_norm,
+            &self.k_norm,
+            &mut ws.part_o,
+            &mut ws.part_ml,
+            &mut ws.counters,
+            &mut cache.k,
+            &mut cache.v,
+            &mut acts.o,
+            acts.m as u32,
+            hq,
+            hkv,
+            max_seq,
+            cache_rows,
+            ws.splits,
+            pos.cos_sin.shape()[0] as u32,
+            flags,
+            d.eps,
+            d.scale(),
+        )?;
+        Ok(())
+    }
+
+    /// The output projection of `acts.o` into `acts.out`.
+    fn o_proj(&self, on: &impl LaunchTarget, acts: &mut AttentionActivations) -> Result<()> {
+        let d = self.dims;
+        let m = acts.m as u32;
+        let (h, qd) = (d.hidden as u32, d.q_dim() as u32);
+        let sms = on.device().sm_count();
+        let gemv = acts.m <= DECODE_MAX_M;
         acts.out.rearm();
         if gemv {
             let choice = acts.choices[3];
@@ -527,6 +595,8 @@ pub struct AttentionActivations {
     norm_scratch: Option<Tensor<bf16>>,
     /// Whether [`Attention::forward_add_norm`] may fuse.
     fuse_norm: bool,
+    /// Whether the decode path runs QK-norm, RoPE and the cache write inside attention.
+    fuse_rope: bool,
 }
 
 impl AttentionActivations {
@@ -611,6 +681,7 @@ impl AttentionActivations {
                 None
             },
             fuse_norm: false,
+            fuse_rope: true,
         })
     }
 
@@ -618,6 +689,14 @@ impl AttentionActivations {
     /// projection (off by default: `norm::add_rmsnorm` runs as its own kernel).
     pub fn set_norm_fusion(&mut self, fuse: bool) {
         self.fuse_norm = fuse;
+    }
+
+    /// Whether the decode path runs the QK-norm, RoPE and KV-cache write inside decode
+    /// attention (`decode::decode_attention_rope`, one kernel; the default) or as
+    /// `rope::qk_norm_rope` before `decode::decode_attention` (two). The fused kernel
+    /// needs a cache of exactly the pass's sequences; otherwise the two run.
+    pub fn set_rope_fusion(&mut self, fuse: bool) {
+        self.fuse_rope = fuse;
     }
 
     /// Rows of the pass.

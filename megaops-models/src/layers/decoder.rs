@@ -182,6 +182,12 @@ impl LayerActivations {
         self.mlp.set_norm_fusion(fuse);
     }
 
+    /// Whether the decode path's attention runs the QK-norm, RoPE and cache write itself
+    /// (on by default; see [`AttentionActivations::set_rope_fusion`]).
+    pub fn set_rope_fusion(&mut self, fuse: bool) {
+        self.attn.set_rope_fusion(fuse);
+    }
+
     /// Sets which GEMMs the layer's prefill projections run.
     pub fn set_prefill_gemm(&mut self, gemm: &PrefillGemm) {
         self.attn.set_prefill_gemm(gemm.clone());

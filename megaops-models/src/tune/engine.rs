@@ -44,6 +44,8 @@ pub enum Binding {
     Chunks(Site),
     /// Norm fusion into the following projections (value: 0 off, 1 on).
     FuseNorms,
+    /// QK-norm + RoPE fusion into decode attention (value: 0 off, 1 on).
+    FuseRope,
 }
 
 /// The knobs of one decode step and what each sets.
@@ -241,6 +243,14 @@ impl Space {
             vec![0, 1],
             0,
         );
+        space.add(
+            held,
+            Binding::FuseRope,
+            Family::Fusion,
+            "rope_fusion".into(),
+            vec![0, 1],
+            1,
+        );
         Ok(space)
     }
 
@@ -385,6 +395,7 @@ impl Space {
             match *binding {
                 Binding::Streams => plan.streams = Some(value as usize),
                 Binding::FuseNorms => plan.fuse_norms = Some(value == 1),
+                Binding::FuseRope => plan.fuse_rope = Some(value == 1),
                 Binding::Config(site) => plan.site_mut(site).config = Some(value as usize),
                 Binding::Prefetch(site) => {
                     prefetch.insert(site, value);

@@ -197,6 +197,10 @@ pub struct StepPlan {
     /// follow, where the GEMV planner can fuse them (`None`: no, each is its own kernel).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fuse_norms: Option<bool>,
+    /// Whether decode attention runs the QK-norm, RoPE and cache write itself
+    /// (`None`: yes, one kernel instead of two).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuse_rope: Option<bool>,
 }
 
 impl StepPlan {
@@ -225,7 +229,10 @@ impl StepPlan {
 
     /// Whether nothing is set (the planners' plan).
     pub fn is_default(&self) -> bool {
-        self.streams.is_none() && self.fuse_norms.is_none() && self.sites.values().all(|c| *c == SiteChoice::default())
+        self.streams.is_none()
+            && self.fuse_norms.is_none()
+            && self.fuse_rope.is_none()
+            && self.sites.values().all(|c| *c == SiteChoice::default())
     }
 
     /// One line per set choice, e.g. `mlp.down: config 3, splits 2`.
@@ -236,6 +243,9 @@ impl StepPlan {
         }
         if let Some(f) = self.fuse_norms {
             out.push(format!("norm fusion: {}", if f { "on" } else { "off" }));
+        }
+        if let Some(f) = self.fuse_rope {
+            out.push(format!("rope fusion: {}", if f { "on" } else { "off" }));
         }
         for (site, c) in &self.sites {
             let mut parts = Vec::new();
