@@ -6,11 +6,14 @@
 //! - [`mlp`] (re-exported from `megaops-models`): a SwiGLU MLP block (RMSNorm → gate/up → SiLU·mul → down),
 //!   decode-like (GEMV kernels) and prefill-like (tensor-core GEMM);
 //! - [`protocol`]: test kernels of the protocol itself;
+//! - [`chain`]: a chain of kernels that do almost nothing, to measure one kernel boundary;
 //! - [`guide`]: the code of `GUIDE.md`.
 #![cfg_attr(target_arch = "nvptx64", no_std, feature(abi_ptx))]
 
 megaops::kernel_crate!();
 
+#[cfg(not(target_arch = "nvptx64"))]
+pub mod chain;
 #[cfg(not(target_arch = "nvptx64"))]
 pub mod fig1;
 #[cfg(not(target_arch = "nvptx64"))]

@@ -1,6 +1,6 @@
 //! Kernels that exercise the data-tile protocol: a producer that writes a known pattern
 //! tile by tile (optionally slowly), a consumer that sums rows, and a kernel that keeps
-//! SMs busy for a while.
+//! SMs busy for a while, and a link of a kernel chain ([`relay`]).
 
 use megaops::device::thread::{block_dim_x, thread_idx_x};
 use megaops::device::time::{global_timer, nanosleep};
@@ -171,5 +171,29 @@ pub unsafe fn flat_copy(x: *const f32, y: *mut f32, m: u32, n: u32) {
     if e < m * n {
         // SAFETY: e < m * n, the length of both tensors.
         unsafe { *y.add(e as usize) = *x.add(e as usize) };
+    }
+}
+
+/// `y[e] = x[e] + 1` for the 128 elements `e` of each kernel tile, with a spin of
+/// `spin_ns` on `%globaltimer` between the input wait and the store (a tight loop on the
+/// GPU, [`spin_for`] elsewhere): one link of a kernel chain in which every CTA reads all
+/// of `x` and so waits for every data tile of it, as a decode step's GEMV reads its whole
+/// input row. Kernel tiling: `x: [_]`, `y: [pid: 128]`.
+#[megaops::kernel(block = 128, input(x[n] = [_]), output(y[n] = [pid: 128]))]
+pub unsafe fn relay(x: *const f32, y: *mut f32, n: u32, spin_ns: u64) {
+    let e = pid * 128 + thread_idx_x();
+    // The wait for all of `x` is injected here.
+    // SAFETY: e < n, the length of `x`.
+    let v = if e < n { unsafe { *x.add(e as usize) } } else { 0.0 };
+    if cfg!(target_arch = "nvptx64") {
+        // A tight loop: `spin_for`'s microsecond sleeps would overshoot short spins.
+        let start = global_timer();
+        while global_timer().wrapping_sub(start) < spin_ns {}
+    } else {
+        spin_for(spin_ns);
+    }
+    if e < n {
+        // SAFETY: e < n, the length of `y`.
+        unsafe { *y.add(e as usize) = v + 1.0 };
     }
 }

@@ -3,6 +3,7 @@
 
 mod attention;
 mod bandwidth;
+mod boundary;
 mod cublas;
 mod gemm;
 mod gemv;
@@ -39,6 +40,9 @@ fn main() {
     }
     if selected("gemv") {
         gemv::run(args.out.as_deref(), args.quick);
+    }
+    if selected("boundary") {
+        boundary::run(args.out.as_deref(), args.quick);
     }
     if selected("overlap") {
         overlap::run(args.out.as_deref(), args.quick);
