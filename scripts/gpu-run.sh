@@ -37,7 +37,7 @@
 #   mlp:25 gemv:40 gemm:40) for each binary of COMPARE_BINS (default "megaops-bench-before
 #   megaops-bench"), binaries interleaved per suite, COMPARE_ROUNDS rounds (default 2),
 #   each into $OUT/compare/<binary>-r<round>/ (results.md, results.jsonl).
-#   default suites: overlap:50 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30
+#   default suites: overlap:50 boundary:30 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30
 #   MEGAOPS_BENCH_BUDGET_S (default 25 here) caps the suites that stop adding shapes.
 set -u
 cd "$(dirname "$0")"
@@ -45,7 +45,7 @@ what=${1:-all}; shift || true
 suites=("$@")
 if [ ${#suites[@]} -eq 0 ]; then
   if [ "$what" = compare ]; then suites=(overlap:50 mlp:25 gemv:40 gemm:40)
-  else suites=(overlap:50 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30); fi
+  else suites=(overlap:50 boundary:30 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30); fi
 fi
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 export MEGAOPS_BENCH_BUDGET_S=${MEGAOPS_BENCH_BUDGET_S:-25} MEGAOPS_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
