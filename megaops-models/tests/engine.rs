@@ -390,6 +390,32 @@ fn overlapped_serial_graph_and_eager_generations_agree() {
     assert_eq!(a.decode_steps, 5);
 }
 
+/// Generates three tokens for two fixed prompts under `plan` (traced, on two streams) and
+/// counts each of `kernels` among the decode step's launches: (tokens, logits, counts).
+fn decode_launch_counts(
+    dev: &Device,
+    lm: &CausalLm,
+    plan: StepPlan,
+    kernels: &[&str],
+) -> (Vec<Vec<u32>>, Vec<Vec<f32>>, Vec<usize>) {
+    let prompts = vec![vec![3, 1, 4], vec![2, 7, 1]];
+    let opts = GenerateOptions {
+        max_new_tokens: 3,
+        ignore_eos: true,
+        trace: true,
+        plan,
+        ..GenerateOptions::default()
+    };
+    let s = AsyncStream::new(dev, 2).expect("stream");
+    let out = generate(lm, &s, &prompts, &opts, &mut |_, _| {}).expect("generate");
+    let decode = out.traces.and_then(|t| t.decode).expect("a decode trace");
+    let counts = kernels
+        .iter()
+        .map(|k| decode.launches.iter().filter(|l| l.kernel == *k).count())
+        .collect();
+    (out.tokens, out.logits, counts)
+}
+
 /// With norm fusion on (`StepPlan::fuse_norms`) the decode step runs each layer's add +
 /// RMSNorms inside the QKV and gate/up GEMVs (layer 0's attention norm, which adds no
 /// residual, and the final norm stay kernels); by default it runs them as `add_rmsnorm`;
@@ -400,31 +426,14 @@ fn decode_fuses_the_add_norms_into_the_projections() {
     let dev = cpu_device(seed).expect("cpu device");
     let (config, _, lm) = load(&dev, "tiny", seed);
     let layers = config.num_hidden_layers;
-    let prompts = vec![vec![3, 1, 4], vec![2, 7, 1]];
+    let kernels = ["rmsnorm", "add_rmsnorm", "add_rmsnorm_gemv", "add_rmsnorm_gate_up_silu"];
     let launches = |fuse: Option<bool>| {
-        let opts = GenerateOptions {
-            max_new_tokens: 3,
-            ignore_eos: true,
-            trace: true,
-            plan: StepPlan {
-                fuse_norms: fuse,
-                ..StepPlan::default()
-            },
-            ..GenerateOptions::default()
+        let plan = StepPlan {
+            fuse_norms: fuse,
+            ..StepPlan::default()
         };
-        let s = AsyncStream::new(&dev, 2).expect("stream");
-        let out = generate(&lm, &s, &prompts, &opts, &mut |_, _| {}).expect("generate");
-        let decode = out.traces.and_then(|t| t.decode).expect("a decode trace");
-        let count = |kernel: &str| decode.launches.iter().filter(|l| l.kernel == kernel).count();
-        (
-            out.tokens,
-            [
-                count("rmsnorm"),
-                count("add_rmsnorm"),
-                count("add_rmsnorm_gemv"),
-                count("add_rmsnorm_gate_up_silu"),
-            ],
-        )
+        let (tokens, _, counts) = decode_launch_counts(&dev, &lm, plan, &kernels);
+        (tokens, counts)
     };
     let (fused_tokens, fused) = launches(Some(true));
     assert_eq!(
@@ -461,31 +470,13 @@ fn decode_fuses_the_rope_into_attention() {
         let dev = cpu_device(seed).expect("cpu device");
         let (config, _, lm) = load(&dev, name, seed);
         let layers = config.num_hidden_layers;
-        let prompts = vec![vec![3, 1, 4], vec![2, 7, 1]];
+        let kernels = ["qk_norm_rope", "decode_attention", "decode_attention_rope"];
         let launches = |fuse: Option<bool>| {
-            let opts = GenerateOptions {
-                max_new_tokens: 3,
-                ignore_eos: true,
-                trace: true,
-                plan: StepPlan {
-                    fuse_rope: fuse,
-                    ..StepPlan::default()
-                },
-                ..GenerateOptions::default()
+            let plan = StepPlan {
+                fuse_rope: fuse,
+                ..StepPlan::default()
             };
-            let s = AsyncStream::new(&dev, 2).expect("stream");
-            let out = generate(&lm, &s, &prompts, &opts, &mut |_, _| {}).expect("generate");
-            let decode = out.traces.and_then(|t| t.decode).expect("a decode trace");
-            let count = |kernel: &str| decode.launches.iter().filter(|l| l.kernel == kernel).count();
-            (
-                out.tokens,
-                out.logits,
-                [
-                    count("qk_norm_rope"),
-                    count("decode_attention"),
-                    count("decode_attention_rope"),
-                ],
-            )
+            decode_launch_counts(&dev, &lm, plan, &kernels)
         };
         let (fused_tokens, fused_logits, fused) = launches(None);
         assert_eq!(fused, [0, 0, layers], "{name}: the fusion on (the default)");
