@@ -92,6 +92,12 @@ impl Chain {
     /// Re-arms the links first when an earlier run produced them (also inside a graph
     /// capture).
     pub fn run(&mut self, on: &AsyncStream, spin_ns: u64) -> Result<()> {
+        self.run_spinning(on, 0, spin_ns)
+    }
+
+    /// [`Chain::run`] with each kernel also spinning `pre_spin_ns` before its input wait
+    /// (work that does not depend on the link before).
+    pub fn run_spinning(&mut self, on: &AsyncStream, pre_spin_ns: u64, spin_ns: u64) -> Result<()> {
         if self.runs > 0 {
             self.links.iter_mut().for_each(Tiled::rearm);
         }
@@ -100,10 +106,10 @@ impl Chain {
             .links
             .split_first_mut()
             .ok_or_else(|| Error::Invalid("a chain without links".into()))?;
-        relay::launch(on, &self.input, first, n, spin_ns)?;
+        relay::launch(on, &self.input, first, n, pre_spin_ns, spin_ns)?;
         let mut prev = first;
         for next in rest {
-            relay::launch(on, prev, next, n, spin_ns)?;
+            relay::launch(on, prev, next, n, pre_spin_ns, spin_ns)?;
             prev = next;
         }
         self.runs += 1;

@@ -174,26 +174,140 @@ pub unsafe fn flat_copy(x: *const f32, y: *mut f32, m: u32, n: u32) {
     }
 }
 
+/// Spins `ns` on `%globaltimer`: a tight loop on the GPU (`spin_for`'s microsecond sleeps
+/// would overshoot short spins), [`spin_for`] elsewhere.
+#[inline(always)]
+pub fn spin_tight(ns: u64) {
+    if cfg!(target_arch = "nvptx64") {
+        let start = global_timer();
+        while global_timer().wrapping_sub(start) < ns {}
+    } else {
+        spin_for(ns);
+    }
+}
+
 /// `y[e] = x[e] + 1` for the 128 elements `e` of each kernel tile, with a spin of
-/// `spin_ns` on `%globaltimer` between the input wait and the store (a tight loop on the
-/// GPU, [`spin_for`] elsewhere): one link of a kernel chain in which every CTA reads all
-/// of `x` and so waits for every data tile of it, as a decode step's GEMV reads its whole
-/// input row. Kernel tiling: `x: [_]`, `y: [pid: 128]`.
+/// `pre_spin_ns` before the input wait (work that does not depend on `x`) and one of
+/// `spin_ns` between the wait and the store ([`spin_tight`]): one link of a kernel chain
+/// in which every CTA reads all of `x` and so waits for every data tile of it, as a
+/// decode step's GEMV reads its whole input row. Kernel tiling: `x: [_]`, `y: [pid: 128]`.
 #[megaops::kernel(block = 128, input(x[n] = [_]), output(y[n] = [pid: 128]))]
-pub unsafe fn relay(x: *const f32, y: *mut f32, n: u32, spin_ns: u64) {
+pub unsafe fn relay(x: *const f32, y: *mut f32, n: u32, pre_spin_ns: u64, spin_ns: u64) {
     let e = pid * 128 + thread_idx_x();
+    spin_tight(pre_spin_ns);
     // The wait for all of `x` is injected here.
     // SAFETY: e < n, the length of `x`.
     let v = if e < n { unsafe { *x.add(e as usize) } } else { 0.0 };
-    if cfg!(target_arch = "nvptx64") {
-        // A tight loop: `spin_for`'s microsecond sleeps would overshoot short spins.
-        let start = global_timer();
-        while global_timer().wrapping_sub(start) < spin_ns {}
-    } else {
-        spin_for(spin_ns);
-    }
+    spin_tight(spin_ns);
     if e < n {
         // SAFETY: e < n, the length of `y`.
         unsafe { *y.add(e as usize) = v + 1.0 };
+    }
+}
+
+/// How [`pingpong`]'s hops wait and signal: a poll mode plus a signal mode.
+pub mod hop {
+    /// Poll with `ld.relaxed.gpu`, `nanosleep` back-off 32 → 128 ns between misses, then
+    /// `fence.acq_rel.gpu` (the runtime's wait with no poll spin).
+    pub const POLL_SLEEP: u32 = 0;
+    /// Poll with `ld.relaxed.gpu` and no sleep, then `fence.acq_rel.gpu`.
+    pub const POLL_SPIN: u32 = 1;
+    /// Poll with `ld.acquire.gpu` and no sleep (no fence after).
+    pub const POLL_ACQUIRE: u32 = 2;
+    /// Poll modes.
+    pub const POLLS: [u32; 3] = [POLL_SLEEP, POLL_SPIN, POLL_ACQUIRE];
+    /// Signal with `fence.acq_rel.gpu` then `red.relaxed.gpu.add` (the runtime's signal).
+    pub const SIGNAL_FENCE_RED: u32 = 0;
+    /// Signal with `red.release.gpu.add`.
+    pub const SIGNAL_RED_RELEASE: u32 = 1 << 2;
+    /// Signal with `st.release.gpu` of the new count.
+    pub const SIGNAL_ST_RELEASE: u32 = 2 << 2;
+    /// Signal modes.
+    pub const SIGNALS: [u32; 3] = [SIGNAL_FENCE_RED, SIGNAL_RED_RELEASE, SIGNAL_ST_RELEASE];
+
+    /// A readable name of `variant`.
+    pub fn name(variant: u32) -> &'static str {
+        match (variant & 3, variant & !3) {
+            (POLL_SLEEP, SIGNAL_FENCE_RED) => "sleep poll, fence + red",
+            (POLL_SLEEP, SIGNAL_RED_RELEASE) => "sleep poll, red.release",
+            (POLL_SLEEP, SIGNAL_ST_RELEASE) => "sleep poll, st.release",
+            (POLL_SPIN, SIGNAL_FENCE_RED) => "spin poll, fence + red",
+            (POLL_SPIN, SIGNAL_RED_RELEASE) => "spin poll, red.release",
+            (POLL_SPIN, SIGNAL_ST_RELEASE) => "spin poll, st.release",
+            (POLL_ACQUIRE, SIGNAL_FENCE_RED) => "acquire poll, fence + red",
+            (POLL_ACQUIRE, SIGNAL_RED_RELEASE) => "acquire poll, red.release",
+            (POLL_ACQUIRE, SIGNAL_ST_RELEASE) => "acquire poll, st.release",
+            _ => "unknown",
+        }
+    }
+}
+
+/// Waits until `*flag >= target` as [`hop`] mode `poll` says (every thread polls).
+///
+/// # Safety
+/// `flag` is a valid device `i32`.
+#[inline(always)]
+unsafe fn hop_wait(flag: *const i32, target: i32, poll: u32) {
+    use megaops::device::atomic::{self, Acquire, Gpu, Relaxed};
+    use megaops::device::fence::fence;
+    let mut backoff = 32;
+    // SAFETY (every load): the caller's contract.
+    if poll == hop::POLL_ACQUIRE {
+        while unsafe { atomic::load(flag, Acquire, Gpu) } < target {}
+        return;
+    }
+    while unsafe { atomic::load(flag, Relaxed, Gpu) } < target {
+        if poll == hop::POLL_SLEEP {
+            nanosleep(backoff);
+            backoff = (backoff * 2).min(128);
+        }
+    }
+    fence(megaops::device::atomic::AcqRel, Gpu);
+}
+
+/// Two CTAs that hand 128 floats back and forth `rounds` times with hand-written waits
+/// and signals of [`hop`] mode `variant` (poll mode | signal mode), as one kernel
+/// boundary does: wait for the other CTA's flag, read its 128 values, write 128 of its
+/// own, `bar.sync`, signal. `flags` (two counters, zero at the start) and `data` (256
+/// floats) are the CTAs' mailboxes; `elapsed[0]` receives CTA 0's `%globaltimer` time of
+/// all rounds (ns, low 32 bits), so one hop costs `elapsed / (2 · rounds)`. From zeroed `data`, CTA 0's half
+/// ends as `2 · rounds - 1` and CTA 1's as `2 · rounds`.
+#[megaops::kernel(block = 128, tiles(pid = 2), tensor(flags[2]), tensor(data[256]), tensor(elapsed[1]))]
+pub unsafe fn pingpong(flags: *mut i32, data: *mut f32, elapsed: *mut u32, rounds: u32, variant: u32) {
+    use megaops::device::atomic::{self, AcqRel, Gpu, Relaxed, Release};
+    use megaops::device::fence::fence;
+    use megaops::device::thread::sync_threads;
+    let me = pid.min(1);
+    let other = 1 - me;
+    let t = thread_idx_x();
+    let start = global_timer();
+    for r in 0..rounds {
+        // CTA 0 goes first; CTA 1 answers each of its hops.
+        let target = r as i32 + me as i32;
+        // SAFETY: flags has two counters; data has 256 floats, t < 128.
+        unsafe {
+            hop_wait(flags.add(other as usize), target, variant & 3);
+            let v = *data.add((other * 128 + t) as usize);
+            *data.add((me * 128 + t) as usize) = v + 1.0;
+        }
+        sync_threads();
+        if t == 0 {
+            let mine = unsafe { flags.add(me as usize) };
+            // SAFETY: mine is one of the two counters.
+            unsafe {
+                match variant & !3 {
+                    hop::SIGNAL_RED_RELEASE => atomic::red_add(mine, 1, Release, Gpu),
+                    hop::SIGNAL_ST_RELEASE => atomic::store(mine, r as i32 + 1, Release, Gpu),
+                    _ => {
+                        fence(AcqRel, Gpu);
+                        atomic::red_add(mine, 1, Relaxed, Gpu)
+                    }
+                }
+            }
+        }
+    }
+    if me == 0 && t == 0 {
+        // SAFETY: elapsed holds one u32.
+        unsafe { *elapsed = global_timer().wrapping_sub(start) as u32 };
     }
 }

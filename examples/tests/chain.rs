@@ -1,11 +1,15 @@
 //! The kernel chain of the `boundary` benchmark: every link adds one, on an overlapping
 //! AsyncStream (2 and 3 streams), its serial mode and under graph replay, with one data
-//! tile per tensor and one per producer CTA; bad shapes are refused. On the CPU backend
+//! tile per tensor and one per producer CTA, with spins before and after the waits and
+//! (GPU) at several poll spins; bad shapes are refused. The ping-pong kernel of the same
+//! suite hands its tile back and forth correctly in every hop variant. On the CPU backend
 //! over several interleavings, and on the GPU when one is present.
 
 use megaops::testing::{cpu_device, gpu_or_skip};
-use megaops::{AsyncStream, Device, Result};
+use megaops::{AsyncStream, Device, Result, Tensor};
 use megaops_examples::chain::{Chain, ChainShape};
+use megaops_examples::protocol::{hop, pingpong};
+use std::time::Duration;
 
 /// Runs each shape on each target eagerly, then twice more under one graph, checking the
 /// result after each (outputs poisoned first).
@@ -25,6 +29,7 @@ fn chains_add_one_per_link(dev: &Device, links: usize) -> Result<()> {
             chain.poison()?;
             let graph = on.capture(|s| {
                 chain.run(s, 50)?;
+                chain.run_spinning(s, 40, 0)?;
                 chain.run(s, 0)
             })?;
             graph.launch(on)?;
@@ -73,5 +78,68 @@ fn gpu_chains_add_one_per_link() -> Result<()> {
     let Some(dev) = gpu_or_skip("gpu_chains_add_one_per_link") else {
         return Ok(());
     };
-    chains_add_one_per_link(&dev, 64)
+    for spin in [Duration::ZERO, Duration::from_micros(5), Duration::from_millis(1)] {
+        dev.set_poll_spin(spin)?;
+        chains_add_one_per_link(&dev, 64)?;
+    }
+    Ok(())
+}
+
+/// Every hop variant of `pingpong` over `rounds` rounds leaves CTA 0's half at
+/// `2 · rounds - 1`, CTA 1's at `2 · rounds` and both counters at `rounds`.
+fn pingpong_hands_the_tile_back_and_forth(dev: &Device, rounds: u32) -> Result<()> {
+    let on = AsyncStream::new(dev, 2)?;
+    let mut flags = Tensor::<i32>::zeros(dev, &[2])?;
+    let mut data = Tensor::<f32>::zeros(dev, &[256])?;
+    let mut elapsed = Tensor::<u32>::zeros(dev, &[1])?;
+    for signal in hop::SIGNALS {
+        for poll in hop::POLLS {
+            let variant = poll | signal;
+            flags.fill(0)?;
+            data.fill(0.0)?;
+            pingpong::launch(&on, &mut flags, &mut data, &mut elapsed, rounds, variant)?;
+            on.synchronize()?;
+            let d = data.to_vec()?;
+            let name = hop::name(variant);
+            assert_ne!(name, "unknown");
+            assert!(
+                d[..128].iter().all(|&v| v == (2 * rounds - 1) as f32),
+                "{name}: {:?}",
+                &d[..4]
+            );
+            assert!(
+                d[128..].iter().all(|&v| v == (2 * rounds) as f32),
+                "{name}: {:?}",
+                &d[128..132]
+            );
+            assert_eq!(flags.to_vec()?, vec![rounds as i32; 2], "{name}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn pingpong_hands_its_tile_back_and_forth_in_every_variant() -> Result<()> {
+    for seed in 0..2 {
+        pingpong_hands_the_tile_back_and_forth(&cpu_device(seed)?, 6)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn gpu_pingpong_hands_its_tile_back_and_forth() -> Result<()> {
+    let Some(dev) = gpu_or_skip("gpu_pingpong_hands_its_tile_back_and_forth") else {
+        return Ok(());
+    };
+    pingpong_hands_the_tile_back_and_forth(&dev, 500)
+}
+
+#[test]
+fn a_poll_spin_longer_than_a_launch_can_carry_is_refused() -> Result<()> {
+    let dev = cpu_device(0)?;
+    let err = dev.set_poll_spin(Duration::from_secs(5)).unwrap_err().to_string();
+    assert!(err.contains("longer than the 4s a launch can carry"), "{err}");
+    dev.set_poll_spin(Duration::from_micros(3))?;
+    assert_eq!(dev.poll_spin(), Duration::from_micros(3));
+    Ok(())
 }

@@ -1,7 +1,7 @@
 //! `boundary` suite: what one kernel boundary costs. A chain of 64 dependent
 //! [`relay`](megaops_examples::protocol::relay) kernels that do almost nothing (each CTA
-//! adds one to 128 elements after its input wait, then spins `spin` ns), captured four
-//! times into one graph; the figure is the replay time per kernel.
+//! spins `pre-spin` ns, waits for its input, adds one to 128 elements, then spins `spin`
+//! ns), captured four times into one graph; the figure is the replay time per kernel.
 //!
 //! Columns, all measured in one run on the same tensors:
 //! - **2 streams / 3 streams**: `AsyncStream::new(dev, n)`: every boundary is a semaphore
@@ -10,95 +10,243 @@
 //! - **serial**: `AsyncStream::serial`, ordinary stream boundaries in a graph;
 //! - **eager**: the serial chain launched without a graph.
 //!
-//! With `spin = 0` the 2-stream figure is the cost of a boundary under overlap plus a
-//! trivial kernel; with a spin it shows how much of the boundary the overlap hides behind
-//! a kernel that runs that long (`over spin` = 2-stream time − spin).
+//! With no spins the 2-stream figure is the cost of a boundary under overlap plus a
+//! trivial kernel; with a spin after the wait it shows how much of the boundary the
+//! overlap hides behind a kernel that runs that long (`over spin` = 2-stream time −
+//! spin); a spin before the wait is work the overlap can run early, so its row shows
+//! how early the next kernel starts (the begin-flag wait kernel and the launch).
+//!
+//! Two more tables: the chain at several [`Device::set_poll_spin`] settings, and
+//! [`pingpong`]: two CTAs of one kernel handing a tile back and forth with hand-written
+//! waits and signals of each [`hop`] variant, the floor of one dependent hop.
 
-use crate::harness::{Table, f3, time_events, time_graph};
-use megaops::{AsyncStream, Device, Result};
+use crate::harness::{Stats, Table, f3, time_events, time_graph};
+use megaops::{AsyncStream, Device, Result, Tensor};
 use megaops_examples::chain::{Chain, ChainShape};
+use megaops_examples::protocol::{hop, pingpong};
 use std::path::Path;
+use std::time::Duration;
 
 /// Kernels per chain.
 const LINKS: usize = 64;
 /// Chains per graph.
 const REPS: usize = 4;
 
-/// Runs the suite, printing and saving one table.
+/// Runs the suite, printing and saving its tables.
 pub fn run(out: Option<&Path>, quick: bool) {
     if let Err(e) = run_inner(out, quick) {
         eprintln!("boundary suite: error: {e}");
     }
 }
 
+/// The spins of one row: before and after the input wait, ns.
+const SPINS: [(u64, u64); 3] = [(0, 0), (0, 2000), (2000, 0)];
+
+/// Poll spins the sweep table tries.
+const POLL_SPINS_NS: [u64; 4] = [0, 1000, 5000, 1_000_000];
+
 fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
     let dev = Device::cuda(0)?;
-    let targets = [
-        AsyncStream::new(&dev, 2)?,
-        AsyncStream::new(&dev, 3)?,
-        AsyncStream::serial(&dev)?,
-    ];
     let replays = if quick { 10 } else { 40 };
+    chain_table(&dev, replays)?.emit(out);
+    poll_spin_table(&dev, replays)?.emit(out);
+    pingpong_table(&dev, if quick { 5 } else { 15 })?.emit(out);
+    Ok(())
+}
+
+/// The chain of `shape` on each target: the number of wrong elements over an eager run
+/// of each, then the graph time per kernel on each (µs), then eager on the serial one.
+fn time_chain(
+    dev: &Device,
+    targets: &[AsyncStream],
+    shape: ChainShape,
+    spins: (u64, u64),
+    replays: usize,
+) -> Result<(usize, Vec<f64>, f64)> {
+    let (pre, spin) = spins;
+    let mut chain = Chain::new(dev, shape)?;
+    let mut bad = 0;
+    for on in targets {
+        chain.poison()?;
+        chain.run_spinning(on, pre, spin)?;
+        on.synchronize()?;
+        bad += chain.mismatches()?;
+    }
+    let per_kernel = |t: Stats| t.median_us / LINKS as f64;
+    let mut graph = Vec::new();
+    for on in targets {
+        let t = time_graph(on, REPS, replays, |s, _| chain.run_spinning(s, pre, spin))?;
+        graph.push(per_kernel(t));
+    }
+    let last = &targets[targets.len() - 1];
+    let eager = time_events(&last.streams()[0], 3, replays, |_| chain.run_spinning(last, pre, spin))?;
+    Ok((bad, graph, per_kernel(eager)))
+}
+
+fn check(bad: usize) -> String {
+    if bad == 0 {
+        "ok".to_string()
+    } else {
+        format!("FAIL {bad}")
+    }
+}
+
+fn chain_table(dev: &Device, replays: usize) -> Result<Table> {
     let mut table = Table::new(
-        "Kernel boundary: a chain of 64 trivial dependent kernels, µs per kernel (graph replays)",
+        &format!(
+            "Kernel boundary: a chain of 64 trivial dependent kernels, µs per kernel (graph replays), poll spin {:?}",
+            dev.poll_spin()
+        ),
         &[
             "CTAs",
             "data tiles",
+            "pre-spin ns",
             "spin ns",
             "check",
             "2 streams",
             "3 streams",
             "serial",
             "eager",
-            "2 streams over spin",
+            "2 streams over spins",
             "serial / 2 streams",
         ],
     );
+    let targets = [
+        AsyncStream::new(dev, 2)?,
+        AsyncStream::new(dev, 3)?,
+        AsyncStream::serial(dev)?,
+    ];
     for ctas in [1, 16, 64, 132] {
         let tilings: &[u32] = if ctas == 1 { &[1] } else { &[1, ctas] };
         for &tiles in tilings {
-            for spin in [0u64, 2000] {
+            for spins in SPINS {
                 let shape = ChainShape {
                     ctas,
                     tiles,
                     links: LINKS,
                 };
-                let mut chain = Chain::new(&dev, shape)?;
-                let mut bad = 0;
-                for on in &targets {
-                    chain.poison()?;
-                    chain.run(on, spin)?;
-                    on.synchronize()?;
-                    bad += chain.mismatches()?;
-                }
-                let check = if bad == 0 {
-                    "ok".to_string()
-                } else {
-                    format!("FAIL {bad}")
+                let (bad, graph, eager) = match time_chain(dev, &targets, shape, spins, replays) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        eprintln!("boundary suite: {shape}: {e}");
+                        continue;
+                    }
                 };
-                let per_kernel = |us: f64| us / LINKS as f64;
-                let mut graph = Vec::new();
-                for on in &targets {
-                    let t = time_graph(on, REPS, replays, |s, _| chain.run(s, spin))?;
-                    graph.push(per_kernel(t.median_us));
-                }
-                let serial = &targets[2];
-                let eager = time_events(&serial.streams()[0], 3, replays, |_| chain.run(serial, spin))?;
                 table.row(vec![
                     ctas.to_string(),
                     tiles.to_string(),
-                    spin.to_string(),
-                    check,
+                    spins.0.to_string(),
+                    spins.1.to_string(),
+                    check(bad),
                     f3(graph[0]),
                     f3(graph[1]),
                     f3(graph[2]),
-                    f3(per_kernel(eager.median_us)),
-                    f3(graph[0] - spin as f64 * 1e-3),
+                    f3(eager),
+                    f3(graph[0] - (spins.0 + spins.1) as f64 * 1e-3),
                     format!("{:.3}×", graph[2] / graph[0]),
                 ]);
             }
         }
     }
-    table.emit(out);
-    Ok(())
+    Ok(table)
+}
+
+/// The chain at each of [`POLL_SPINS_NS`] (restoring the device's setting after).
+fn poll_spin_table(dev: &Device, replays: usize) -> Result<Table> {
+    let mut table = Table::new(
+        "Kernel boundary by poll spin (Device::set_poll_spin): the chain of 64 kernels, µs per kernel",
+        &[
+            "CTAs",
+            "data tiles",
+            "pre-spin ns",
+            "spin ns",
+            "poll spin ns",
+            "check",
+            "2 streams",
+            "3 streams",
+            "serial",
+        ],
+    );
+    let targets = [
+        AsyncStream::new(dev, 2)?,
+        AsyncStream::new(dev, 3)?,
+        AsyncStream::serial(dev)?,
+    ];
+    let before = dev.poll_spin();
+    for (ctas, tiles) in [(1, 1), (132, 1), (132, 132)] {
+        for spins in SPINS {
+            for poll in POLL_SPINS_NS {
+                dev.set_poll_spin(Duration::from_nanos(poll))?;
+                let shape = ChainShape {
+                    ctas,
+                    tiles,
+                    links: LINKS,
+                };
+                let r = time_chain(dev, &targets, shape, spins, replays);
+                let (bad, graph, _) = match r {
+                    Ok(r) => r,
+                    Err(e) => {
+                        eprintln!("boundary suite: {shape}, poll spin {poll} ns: {e}");
+                        continue;
+                    }
+                };
+                table.row(vec![
+                    ctas.to_string(),
+                    tiles.to_string(),
+                    spins.0.to_string(),
+                    spins.1.to_string(),
+                    poll.to_string(),
+                    check(bad),
+                    f3(graph[0]),
+                    f3(graph[1]),
+                    f3(graph[2]),
+                ]);
+            }
+        }
+    }
+    dev.set_poll_spin(before)?;
+    Ok(table)
+}
+
+/// Rounds of one [`pingpong`] launch.
+const PINGPONG_ROUNDS: u32 = 2000;
+
+/// One hop of [`pingpong`] per [`hop`] variant: median over `launches` launches.
+fn pingpong_table(dev: &Device, launches: usize) -> Result<Table> {
+    let mut table = Table::new(
+        &format!("One dependent hop between two CTAs ({PINGPONG_ROUNDS} round trips of 128 floats), µs per hop"),
+        &["poll", "signal", "variant", "check", "median µs", "min µs"],
+    );
+    let on = AsyncStream::new(dev, 2)?;
+    let mut flags = Tensor::<i32>::zeros(dev, &[2])?;
+    let mut data = Tensor::<f32>::zeros(dev, &[256])?;
+    let mut elapsed = Tensor::<u32>::zeros(dev, &[1])?;
+    for signal in hop::SIGNALS {
+        for poll in hop::POLLS {
+            let variant = poll | signal;
+            let mut hops = Vec::with_capacity(launches);
+            let mut bad = 0;
+            for _ in 0..launches {
+                flags.fill(0)?;
+                data.fill(0.0)?;
+                pingpong::launch(&on, &mut flags, &mut data, &mut elapsed, PINGPONG_ROUNDS, variant)?;
+                on.synchronize()?;
+                let d = data.to_vec()?;
+                let want = |e: usize| (2 * PINGPONG_ROUNDS - u32::from(e < 128)) as f32;
+                bad += d.iter().enumerate().filter(|(e, v)| **v != want(*e)).count();
+                hops.push(elapsed.to_vec()?[0] as f64 * 1e-3 / (2 * PINGPONG_ROUNDS) as f64);
+            }
+            let stats = Stats::of(hops);
+            let (p, s) = hop::name(variant).split_once(", ").unwrap_or((hop::name(variant), ""));
+            table.row(vec![
+                p.to_string(),
+                s.to_string(),
+                variant.to_string(),
+                check(bad),
+                f3(stats.median_us),
+                f3(stats.min_us),
+            ]);
+        }
+    }
+    Ok(table)
 }

@@ -20,7 +20,8 @@ pub struct Stats {
 }
 
 impl Stats {
-    fn from(mut v: Vec<f64>) -> Stats {
+    /// Median, minimum and 90th percentile of the timings `v` (µs).
+    pub fn of(mut v: Vec<f64>) -> Stats {
         v.sort_by(f64::total_cmp);
         let n = v.len().max(1);
         Stats {
@@ -53,7 +54,7 @@ pub fn time_events(
         times.push(start.elapsed_ms(&end)? as f64 * 1e3);
     }
     stream.synchronize()?;
-    Ok(Stats::from(times))
+    Ok(Stats::of(times))
 }
 
 /// Captures `reps` calls of `body` on `astream` into one graph and times `replays`
@@ -86,7 +87,7 @@ pub fn time_graph(
         times.push(start.elapsed_ms(&end)? as f64 * 1e3 / reps as f64);
     }
     astream.synchronize()?;
-    Ok(Stats::from(times))
+    Ok(Stats::of(times))
 }
 
 /// A result table: printed as aligned text and appended to the JSON-lines log.

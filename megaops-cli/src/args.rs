@@ -200,6 +200,10 @@ pub struct Bench {
     /// decode attention instead of inside it (overrides the tuned plan's choice).
     #[arg(long)]
     pub no_rope_fusion: bool,
+    /// How long every tile wait re-reads its semaphores without sleeping before it backs
+    /// off (`Device::set_poll_spin`, ns; default: the library's).
+    #[arg(long)]
+    pub poll_spin_ns: Option<u64>,
     /// GEMMs of the prefills' projections: `rust`, `cublaslt` (4 row chunks per GEMM) or
     /// `cublaslt:<chunks>`.
     #[arg(long, default_value = "rust")]

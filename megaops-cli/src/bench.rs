@@ -80,6 +80,9 @@ pub fn run_bench(b: Bench) -> Result<()> {
         None => None,
     };
     let device = device()?;
+    if let Some(ns) = b.poll_spin_ns {
+        device.set_poll_spin(std::time::Duration::from_nanos(ns))?;
+    }
     let read_gbps = bench::read_bandwidth_gbps(&device)?;
     if let Some(r) = read_gbps {
         eprintln!("pure-read bandwidth of {}: {r:.0} GB/s", device.name());

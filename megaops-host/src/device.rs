@@ -29,6 +29,7 @@ struct DeviceInner {
     next_launch: AtomicU32,
     next_tensor: AtomicU32,
     timeout_ns: AtomicU64,
+    poll_spin_ns: AtomicU32,
     pub(crate) notes: Mutex<LaunchNotes>,
     /// Registered ticket counters: (allocation, byte offset, bytes).
     tickets: Mutex<Vec<(Weak<Buffer>, usize, usize)>>,
@@ -42,6 +43,13 @@ struct DeviceInner {
 /// Default time a tile wait spins before it reports a timeout.
 pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Default time a tile wait re-reads its semaphores without sleeping before it backs off
+/// with `nanosleep` ([`Device::set_poll_spin`]).
+pub const DEFAULT_POLL_SPIN: Duration = Duration::ZERO;
+
+/// Longest [`Device::set_poll_spin`] accepts (the kernel parameter is a `u32` of ns).
+pub const MAX_POLL_SPIN: Duration = Duration::from_secs(4);
+
 impl Device {
     fn from_backend(backend: Arc<dyn DeviceBackend>) -> Result<Device> {
         let log = Arc::new(Buffer::new(&backend, std::mem::size_of::<ErrorLog>())?);
@@ -53,6 +61,7 @@ impl Device {
                 next_launch: AtomicU32::new(1),
                 next_tensor: AtomicU32::new(1),
                 timeout_ns: AtomicU64::new(DEFAULT_WAIT_TIMEOUT.as_nanos() as u64),
+                poll_spin_ns: AtomicU32::new(DEFAULT_POLL_SPIN.as_nanos() as u32),
                 notes: Mutex::new(LaunchNotes::default()),
                 tickets: Mutex::new(Vec::new()),
                 trace: Mutex::new(None),
@@ -152,6 +161,24 @@ impl Device {
         self.inner
             .timeout_ns
             .store(timeout.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+
+    /// How long a device-side tile wait re-reads its semaphores without sleeping before it
+    /// backs off with `nanosleep`.
+    pub fn poll_spin(&self) -> Duration {
+        Duration::from_nanos(self.inner.poll_spin_ns.load(Ordering::Relaxed) as u64)
+    }
+
+    /// Sets [`Device::poll_spin`] for launches made from now on (graphs keep the value of
+    /// their capture). Refuses more than [`MAX_POLL_SPIN`].
+    pub fn set_poll_spin(&self, spin: Duration) -> Result<()> {
+        if spin > MAX_POLL_SPIN {
+            return Err(Error::Invalid(format!(
+                "a poll spin of {spin:?} is longer than the {MAX_POLL_SPIN:?} a launch can carry"
+            )));
+        }
+        self.inner.poll_spin_ns.store(spin.as_nanos() as u32, Ordering::Relaxed);
+        Ok(())
     }
 
     pub(crate) fn next_launch_id(&self) -> u32 {

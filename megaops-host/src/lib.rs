@@ -39,7 +39,7 @@ pub use async_stream::{AsyncOptions, AsyncStream, LaunchSpan};
 pub use backend::BackendKind;
 pub use buffer::Buffer;
 pub use cudarc::driver::DeviceRepr;
-pub use device::{DEFAULT_WAIT_TIMEOUT, Device};
+pub use device::{DEFAULT_POLL_SPIN, DEFAULT_WAIT_TIMEOUT, Device, MAX_POLL_SPIN};
 pub use dtype::DType;
 pub use dump::{DimDump, DumpPhase, ProducerDump, SemaphoreDump, TileDump, TiledDump};
 pub use error::{Error, MemoryKind, Result, SyncFailure, TilingErrorKind};

@@ -45,13 +45,15 @@ unsafe fn launch(
 }
 
 /// The context of a runtime wait kernel (one CTA, no begin flag, no remap, no trace):
-/// launch `launch_id`, giving up after `timeout_ns` into the error log `errors`.
-pub(crate) fn wait_ctx(launch_id: u32, timeout_ns: u64, errors: *mut ErrorLog) -> KernelCtx {
+/// launch `launch_id`, polling without sleep for `poll_spin_ns`, giving up after
+/// `timeout_ns` into the error log `errors`.
+pub(crate) fn wait_ctx(launch_id: u32, timeout_ns: u64, poll_spin_ns: u32, errors: *mut ErrorLog) -> KernelCtx {
     KernelCtx {
         begin_flag: std::ptr::null_mut(),
         begin_token: 0,
         begin_cta: 0,
         launch_id,
+        poll_spin_ns,
         remap: CtaRemap::IDENTITY,
         tile_grid: [1; MAX_RANK],
         num_tiles: 1,

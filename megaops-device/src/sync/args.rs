@@ -69,6 +69,10 @@ pub struct KernelCtx {
     pub begin_cta: u32,
     /// Host-assigned launch number, reported in errors.
     pub launch_id: u32,
+    /// A tile wait re-reads its semaphores without sleeping for its first `poll_spin_ns`
+    /// nanoseconds of `%globaltimer`, then backs off with `nanosleep` (0: backs off from
+    /// the first miss).
+    pub poll_spin_ns: u32,
     /// CTA → kernel-tile order.
     pub remap: CtaRemap,
     /// Kernel-tile grid (row-major, outermost first; unused dims are 1).

@@ -18,7 +18,8 @@
 //!   instead of "thread 0 then CTA barrier" keeps the wait correct wherever the macro
 //!   places it — also after an early `return` of some threads or inside divergent code.
 //!   On the CPU backend each thread scans alone.
-//! - a wait that is not satisfied spins with `nanosleep` back-off and gives up after
+//! - a wait that is not satisfied re-reads at once for its first `ctx.poll_spin_ns`, then
+//!   spins with `nanosleep` back-off, and gives up after
 //!   `ctx.timeout_ns` of `%globaltimer`: it records (launch, tile, tensor, semaphore
 //!   index, value, target) in the device error log, raises the log's abort flag (which
 //!   every waiter polls once it has waited 10 µs, so one failure does not cascade into a
@@ -319,10 +320,12 @@ impl Spin {
             };
             return false;
         }
-        // Short sleeps: a consumer that overslept its producer's last tile delays the
-        // whole overlap.
-        nanosleep(self.backoff);
-        self.backoff = (self.backoff * 2).min(128);
+        // Short sleeps, and none at all while the wait is young: a consumer that
+        // overslept its producer's last tile delays the whole overlap.
+        if waited >= ctx.poll_spin_ns as u64 {
+            nanosleep(self.backoff);
+            self.backoff = (self.backoff * 2).min(128);
+        }
         true
     }
 
@@ -401,8 +404,10 @@ unsafe fn wait_slow(ctx: &KernelCtx, site: &WaitSite) -> bool {
             unsafe { record_timeout(ctx, site, v, waited) };
             return false;
         }
-        nanosleep(backoff);
-        backoff = (backoff * 2).min(256);
+        if waited >= ctx.poll_spin_ns as u64 {
+            nanosleep(backoff);
+            backoff = (backoff * 2).min(256);
+        }
     }
 }
 

@@ -378,7 +378,12 @@ impl LaunchTarget for AsyncStream {
         let wait = match inner.prev {
             Some((ps, token, prev_kernel)) if self.overlap && self.begin_wait && ps != s => {
                 let wait_id = self.device.next_launch_id();
-                let ctx = runtime::wait_ctx(wait_id, launch.ctx.timeout_ns, launch.ctx.errors);
+                let ctx = runtime::wait_ctx(
+                    wait_id,
+                    launch.ctx.timeout_ns,
+                    launch.ctx.poll_spin_ns,
+                    launch.ctx.errors,
+                );
                 self.device.notes().insert(
                     wait_id,
                     LaunchNote {

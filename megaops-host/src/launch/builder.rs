@@ -494,6 +494,7 @@ impl<'a> KernelLaunch<'a> {
                 ReleaseNext::LastCta => (ctas as u32).saturating_sub(1),
             },
             launch_id,
+            poll_spin_ns: self.device.poll_spin().as_nanos() as u32,
             remap,
             tile_grid,
             num_tiles: num_tiles as u32,

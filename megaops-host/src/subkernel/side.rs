@@ -44,6 +44,7 @@ impl ChunkedWork {
         let ctx = runtime::wait_ctx(
             self.device.next_launch_id(),
             timeout_ns,
+            self.device.poll_spin().as_nanos() as u32,
             self.device.error_log_addr() as *mut _,
         );
         self.device.notes().insert(
