@@ -1,12 +1,12 @@
 //! The kernel chain of the `boundary` benchmark: every link adds one, on an overlapping
-//! AsyncStream (2 and 3 streams), its serial mode and under graph replay, with one data
+//! AsyncStream (2 and 3 streams, either begin rule), its serial mode and under graph replay, with one data
 //! tile per tensor and one per producer CTA, with spins before and after the waits and
 //! (GPU) at several poll spins; bad shapes are refused. The ping-pong kernel of the same
 //! suite hands its tile back and forth correctly in every hop variant. On the CPU backend
 //! over several interleavings, and on the GPU when one is present.
 
 use megaops::testing::{cpu_device, gpu_or_skip};
-use megaops::{AsyncStream, Device, Result, Tensor};
+use megaops::{AsyncOptions, AsyncStream, BeginRule, Device, Result, Tensor};
 use megaops_examples::chain::{Chain, ChainShape};
 use megaops_examples::protocol::{hop, pingpong};
 use std::time::Duration;
@@ -14,9 +14,21 @@ use std::time::Duration;
 /// Runs each shape on each target eagerly, then twice more under one graph, checking the
 /// result after each (outputs poisoned first).
 fn chains_add_one_per_link(dev: &Device, links: usize) -> Result<()> {
+    let events = |streams| {
+        AsyncStream::with_options(
+            dev,
+            AsyncOptions {
+                streams,
+                begin_rule: Some(BeginRule::StartEvent),
+                ..AsyncOptions::default()
+            },
+        )
+    };
     let targets = [
         ("2 streams", AsyncStream::new(dev, 2)?),
         ("3 streams", AsyncStream::new(dev, 3)?),
+        ("2 streams, start events", events(2)?),
+        ("3 streams, start events", events(3)?),
         ("serial", AsyncStream::serial(dev)?),
     ];
     for (ctas, tiles) in [(1, 1), (3, 1), (3, 3), (4, 8)] {

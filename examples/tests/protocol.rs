@@ -7,8 +7,8 @@
 
 use megaops::testing::{cpu_device, gpu_or_skip};
 use megaops::{
-    AsyncOptions, AsyncStream, DataTiling, Device, DynGrid, DynRows, Error, Irregular, LaunchOptions, LaunchTarget, R2,
-    ReleaseNext, Result, Stream, Tensor, Tiled,
+    AsyncOptions, AsyncStream, BeginRule, DataTiling, Device, DynGrid, DynRows, Error, Irregular, LaunchOptions,
+    LaunchTarget, R2, ReleaseNext, Result, Stream, Tensor, Tiled,
 };
 use megaops_examples::protocol::{busy, flat_copy, next_row_stencil, pattern, produce, row_sums, stamp, stamp_values};
 use std::time::{Duration, Instant};
@@ -230,13 +230,14 @@ fn profiling_records_a_span_per_eager_launch() -> Result<()> {
 /// The scenario of paper §2.3: K0 keeps stream A busy; the producer P waits behind it on
 /// A; the consumer C on stream B is launched after P, has more CTAs than the GPU holds
 /// and waits for P's data. Without the begin-CTA rule C's CTAs take every SM and P never
-/// starts; with it, C is held until P has started.
-fn consumer_first(dev: &Device, begin_wait: bool, rows: u32, busy_ns: u64) -> Result<Vec<f32>> {
+/// starts; with it (either [`BeginRule`]), C is held until P has started.
+fn consumer_first(dev: &Device, begin_wait: bool, rule: BeginRule, rows: u32, busy_ns: u64) -> Result<Vec<f32>> {
     let s = AsyncStream::with_options(
         dev,
         AsyncOptions {
             streams: 2,
             begin_wait,
+            begin_rule: Some(rule),
             ..AsyncOptions::default()
         },
     )?;
@@ -256,13 +257,16 @@ fn consumer_first_deadlocks_without_the_begin_rule_and_not_with_it() -> Result<(
     for seed in 0..4 {
         let dev = cpu_device(seed)?;
         // 4 virtual SMs hold 128 CTAs of 64 threads: 1024 consumer CTAs overflow them.
-        let err = consumer_first(&dev, false, 1024, 200_000).expect_err("the consumer-first order must deadlock");
+        let err = consumer_first(&dev, false, BeginRule::WaitKernel, 1024, 200_000)
+            .expect_err("the consumer-first order must deadlock");
         let msg = err.to_string();
         assert!(matches!(err, Error::Sync(_)), "{msg}");
         assert!(msg.contains("row_sums CTA") && msg.contains("waits on y["), "{msg}");
-        let dev = cpu_device(seed)?;
-        let sums = consumer_first(&dev, true, 1024, 200_000)?;
-        check_sums("with the begin rule", &sums, 1024, 4, 77);
+        for rule in [BeginRule::WaitKernel, BeginRule::StartEvent] {
+            let dev = cpu_device(seed)?;
+            let sums = consumer_first(&dev, true, rule, 1024, 200_000)?;
+            check_sums(&format!("with the begin rule ({})", rule.name()), &sums, 1024, 4, 77);
+        }
     }
     Ok(())
 }
@@ -664,15 +668,23 @@ fn gpu_consumer_first_deadlock_times_out_without_the_rule_and_runs_with_it() -> 
     dev.preload(&megaops_examples::__MEGAOPS_PTX)?;
     dev.set_wait_timeout(Duration::from_secs(1));
     let rows = dev.sm_count() * 32 * 4; // more consumer CTAs than the GPU holds
-    let err = consumer_first(&dev, false, rows, 50_000_000).expect_err("must time out");
+    let err = consumer_first(&dev, false, BeginRule::WaitKernel, rows, 50_000_000).expect_err("must time out");
     let msg = err.to_string();
     eprintln!("without the begin rule: {msg}");
     assert!(
         msg.contains("row_sums CTA") && msg.contains("waited 1.0 s on y["),
         "{msg}"
     );
-    let sums = consumer_first(&dev, true, rows, 50_000_000)?;
-    check_sums("gpu with the begin rule", &sums, rows, 4, 77);
+    for rule in [BeginRule::WaitKernel, BeginRule::StartEvent] {
+        let sums = consumer_first(&dev, true, rule, rows, 50_000_000)?;
+        check_sums(
+            &format!("gpu with the begin rule ({})", rule.name()),
+            &sums,
+            rows,
+            4,
+            77,
+        );
+    }
     Ok(())
 }
 

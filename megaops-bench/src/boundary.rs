@@ -7,6 +7,8 @@
 //! - **2 streams / 3 streams**: `AsyncStream::new(dev, n)`: every boundary is a semaphore
 //!   wait of each consumer CTA on the whole producer output, a begin-flag wait kernel and
 //!   a launch;
+//! - **… events**: the same with [`BeginRule::StartEvent`]: the launch waits for the
+//!   previous one's start event instead of a wait kernel;
 //! - **serial**: `AsyncStream::serial`, ordinary stream boundaries in a graph;
 //! - **eager**: the serial chain launched without a graph.
 //!
@@ -21,7 +23,7 @@
 //! waits and signals of each [`hop`] variant, the floor of one dependent hop.
 
 use crate::harness::{Stats, Table, f3, time_events, time_graph};
-use megaops::{AsyncStream, Device, Result, Tensor};
+use megaops::{AsyncOptions, AsyncStream, BeginRule, Device, Result, Tensor};
 use megaops_examples::chain::{Chain, ChainShape};
 use megaops_examples::protocol::{hop, pingpong};
 use std::path::Path;
@@ -52,6 +54,29 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
     poll_spin_table(&dev, replays)?.emit(out);
     pingpong_table(&dev, if quick { 5 } else { 15 })?.emit(out);
     Ok(())
+}
+
+/// An overlapping AsyncStream over `streams` streams with begin rule `rule`.
+fn overlapping(dev: &Device, streams: usize, rule: BeginRule) -> Result<AsyncStream> {
+    AsyncStream::with_options(
+        dev,
+        AsyncOptions {
+            streams,
+            begin_rule: Some(rule),
+            ..AsyncOptions::default()
+        },
+    )
+}
+
+/// 2 and 3 streams with either begin rule, then the serial mode.
+fn targets(dev: &Device) -> Result<[AsyncStream; 5]> {
+    Ok([
+        overlapping(dev, 2, BeginRule::WaitKernel)?,
+        overlapping(dev, 3, BeginRule::WaitKernel)?,
+        overlapping(dev, 2, BeginRule::StartEvent)?,
+        overlapping(dev, 3, BeginRule::StartEvent)?,
+        AsyncStream::serial(dev)?,
+    ])
 }
 
 /// The chain of `shape` on each target: the number of wrong elements over an eager run
@@ -105,17 +130,15 @@ fn chain_table(dev: &Device, replays: usize) -> Result<Table> {
             "check",
             "2 streams",
             "3 streams",
+            "2 streams, events",
+            "3 streams, events",
             "serial",
             "eager",
             "2 streams over spins",
             "serial / 2 streams",
         ],
     );
-    let targets = [
-        AsyncStream::new(dev, 2)?,
-        AsyncStream::new(dev, 3)?,
-        AsyncStream::serial(dev)?,
-    ];
+    let targets = targets(dev)?;
     for ctas in [1, 16, 64, 132] {
         let tilings: &[u32] = if ctas == 1 { &[1] } else { &[1, ctas] };
         for &tiles in tilings {
@@ -141,9 +164,11 @@ fn chain_table(dev: &Device, replays: usize) -> Result<Table> {
                     f3(graph[0]),
                     f3(graph[1]),
                     f3(graph[2]),
+                    f3(graph[3]),
+                    f3(graph[4]),
                     f3(eager),
                     f3(graph[0] - (spins.0 + spins.1) as f64 * 1e-3),
-                    format!("{:.3}×", graph[2] / graph[0]),
+                    format!("{:.3}×", graph[4] / graph[0]),
                 ]);
             }
         }
@@ -164,14 +189,12 @@ fn poll_spin_table(dev: &Device, replays: usize) -> Result<Table> {
             "check",
             "2 streams",
             "3 streams",
+            "2 streams, events",
+            "3 streams, events",
             "serial",
         ],
     );
-    let targets = [
-        AsyncStream::new(dev, 2)?,
-        AsyncStream::new(dev, 3)?,
-        AsyncStream::serial(dev)?,
-    ];
+    let targets = targets(dev)?;
     let before = dev.poll_spin();
     for (ctas, tiles) in [(1, 1), (132, 1), (132, 132)] {
         for spins in SPINS {
@@ -200,6 +223,8 @@ fn poll_spin_table(dev: &Device, replays: usize) -> Result<Table> {
                     f3(graph[0]),
                     f3(graph[1]),
                     f3(graph[2]),
+                    f3(graph[3]),
+                    f3(graph[4]),
                 ]);
             }
         }

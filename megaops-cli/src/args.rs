@@ -79,6 +79,8 @@ pub struct Generate {
     /// Run the same kernels without overlap (one stream, kernel barriers).
     #[arg(long)]
     pub no_overlap: bool,
+    #[command(flatten)]
+    pub sync: SyncArgs,
     /// Streams of the overlapping AsyncStream (default: the tuned plan's, else 2).
     #[arg(long)]
     pub streams: Option<usize>,
@@ -200,10 +202,8 @@ pub struct Bench {
     /// decode attention instead of inside it (overrides the tuned plan's choice).
     #[arg(long)]
     pub no_rope_fusion: bool,
-    /// How long every tile wait re-reads its semaphores without sleeping before it backs
-    /// off (`Device::set_poll_spin`, ns; default: the library's).
-    #[arg(long)]
-    pub poll_spin_ns: Option<u64>,
+    #[command(flatten)]
+    pub sync: SyncArgs,
     /// GEMMs of the prefills' projections: `rust`, `cublaslt` (4 row chunks per GEMM) or
     /// `cublaslt:<chunks>`.
     #[arg(long, default_value = "rust")]
@@ -281,4 +281,40 @@ pub struct Tune {
     /// With --ablation: draw the slowdowns (PNG) here.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+}
+
+/// How the device synchronises overlapping kernels (`generate` and `bench`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SyncArgs {
+    /// How long every tile wait re-reads its semaphores without sleeping before it backs
+    /// off (`Device::set_poll_spin`, ns; default: the library's).
+    #[arg(long)]
+    pub poll_spin_ns: Option<u64>,
+    /// How overlapping launches wait until the previous one has begun: `wait-kernel` or
+    /// `start-event` (`Device::set_begin_rule`; default: the library's).
+    #[arg(long)]
+    pub begin_rule: Option<String>,
+}
+
+impl SyncArgs {
+    /// Refuses an unknown begin rule or a poll spin longer than a launch can carry.
+    pub fn check(&self) -> megaops::Result<()> {
+        if let Some(rule) = &self.begin_rule {
+            megaops::BeginRule::parse(rule)?;
+        }
+        self.poll_spin_ns.map_or(Ok(()), |ns| {
+            megaops::check_poll_spin(std::time::Duration::from_nanos(ns))
+        })
+    }
+
+    /// Sets the device's poll spin and begin rule where given.
+    pub fn apply(&self, device: &megaops::Device) -> megaops::Result<()> {
+        if let Some(rule) = &self.begin_rule {
+            device.set_begin_rule(megaops::BeginRule::parse(rule)?);
+        }
+        if let Some(ns) = self.poll_spin_ns {
+            device.set_poll_spin(std::time::Duration::from_nanos(ns))?;
+        }
+        Ok(())
+    }
 }

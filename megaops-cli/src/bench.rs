@@ -22,6 +22,7 @@ pub fn run_bench(b: Bench) -> Result<()> {
     if b.streams == Some(0) {
         return Err(ModelError::Request("--streams must be at least 1".into()));
     }
+    b.sync.check()?;
     let models: Vec<ModelArgs> = match &b.model {
         Some(dir) => vec![ModelArgs {
             model: Some(dir.clone()),
@@ -80,9 +81,7 @@ pub fn run_bench(b: Bench) -> Result<()> {
         None => None,
     };
     let device = device()?;
-    if let Some(ns) = b.poll_spin_ns {
-        device.set_poll_spin(std::time::Duration::from_nanos(ns))?;
-    }
+    b.sync.apply(&device)?;
     let read_gbps = bench::read_bandwidth_gbps(&device)?;
     if let Some(r) = read_gbps {
         eprintln!("pure-read bandwidth of {}: {r:.0} GB/s", device.name());

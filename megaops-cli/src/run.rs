@@ -163,6 +163,7 @@ fn run_generate(g: Generate) -> Result<()> {
     if g.streams == Some(0) {
         return Err(ModelError::Request("--streams must be at least 1".into()));
     }
+    g.sync.check()?;
     let mut opts = opts;
     // Requests that cannot run fail before any device work.
     megaops_models::generate::check_request(&src.config, &prompts, &opts)?;
@@ -190,6 +191,7 @@ fn run_generate(g: Generate) -> Result<()> {
         )?;
     }
     let streams = g.streams.or(opts.plan.streams).unwrap_or(2);
+    g.sync.apply(&device)?;
     let on = if g.no_overlap {
         AsyncStream::serial(&device)?
     } else {

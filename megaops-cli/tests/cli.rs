@@ -262,7 +262,9 @@ fn bench_writes_one_json_row_per_run() {
 }
 
 /// `--norm-fusion` runs the decode steps' add + RMSNorms inside the projections,
-/// `--no-rope-fusion` their QK-norm + RoPE before attention; the rows and the table say so.
+/// `--no-rope-fusion` their QK-norm + RoPE before attention; the rows and the table say so,
+/// and the rows name the begin rule and poll spin that `--begin-rule` / `--poll-spin-ns`
+/// set.
 #[test]
 fn bench_can_switch_the_fusions() {
     let json = std::env::temp_dir().join(format!("megaops-bench-nf-{}.jsonl", std::process::id()));
@@ -285,6 +287,10 @@ fn bench_can_switch_the_fusions() {
         "1",
         "--norm-fusion",
         "--no-rope-fusion",
+        "--begin-rule",
+        "start-event",
+        "--poll-spin-ns",
+        "2000",
         "--json",
         j,
     ]);
@@ -298,6 +304,8 @@ fn bench_can_switch_the_fusions() {
     let row: serde_json::Value = serde_json::from_str(text.lines().next().expect("a row")).expect("JSON");
     assert_eq!(row["norm_fusion"], true, "{row}");
     assert_eq!(row["rope_fusion"], false, "{row}");
+    assert_eq!(row["begin_rule"], "start-event", "{row}");
+    assert_eq!(row["poll_spin_ns"], 2000, "{row}");
     assert!(row["step_ms"].as_f64().is_some_and(|t| t > 0.0), "{row}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("(norm fusion on, rope fusion off)"));
 }
@@ -322,6 +330,14 @@ fn bench_refuses_bad_requests_before_running() {
         "unknown workload",
     );
     fails_with(&["bench", "--presets", "tiny", "--modes", "fast"], "unknown mode");
+    fails_with(
+        &["bench", "--presets", "tiny", "--begin-rule", "eventually"],
+        "unknown begin rule `eventually`",
+    );
+    fails_with(
+        &["bench", "--presets", "tiny", "--poll-spin-ns", "5000000000"],
+        "longer than the 4s a launch can carry",
+    );
     fails_with(
         &["bench", "--presets", "tiny", "--batches", "17", "--prompt-len", "4"],
         "batch 17",

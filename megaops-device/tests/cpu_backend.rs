@@ -425,6 +425,61 @@ fn waiting_for_the_producer_to_start_avoids_the_deadlock_on_every_seed() {
     }
 }
 
+/// Stream A: kernel `k` of `ctas` CTAs that each wait for a flag; stream B: waits for
+/// `k`'s start event, then a kernel that raises the flag. The start event completes once
+/// every CTA of `k` has been placed, so B's kernel runs beside `k` when `k` fits on the
+/// device, and never when it does not (a deadlock).
+fn start_event_program(seed: u64, ctas: u32) -> Result<(), CpuError> {
+    let gpu = VirtualGpu::new(VgpuConfig {
+        sms: 2,
+        max_ctas_per_sm: 2,
+        ..cfg(seed)
+    });
+    let (a, b) = (gpu.create_stream(), gpu.create_stream());
+    let flag = Arc::new(AtomicI32::new(0));
+    let f = flag.clone();
+    let started = gpu
+        .launch_with_start_event(
+            a,
+            CpuLaunch::new("k", x(ctas), x(32), move || {
+                assert!(hooks::wait_until(&site(&f, 1, 9, 0)));
+            }),
+        )
+        .expect("valid launch");
+    assert!(!gpu.event_complete(started), "nothing has run yet");
+    gpu.stream_wait_event(b, started);
+    let f = flag.clone();
+    gpu.launch(
+        b,
+        CpuLaunch::new("raise", x(1), x(1), move || {
+            f.store(1, Ordering::Release);
+        }),
+    )
+    .expect("valid launch");
+    gpu.synchronize()?;
+    assert!(gpu.event_complete(started));
+    Ok(())
+}
+
+#[test]
+fn a_start_event_completes_once_every_cta_has_begun() {
+    for seed in 0..16 {
+        // Three CTAs fit beside the raiser (four slots); five never all begin.
+        start_event_program(seed, 3).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        match start_event_program(seed, 5) {
+            Err(CpuError::Deadlock(r)) => {
+                // Four of k's CTAs wait on the flag; the fifth has no room, and the
+                // raiser waits behind k's start event.
+                assert_eq!(r.ctas.len(), 4, "seed {seed}: {r}");
+                assert!(r.ctas.iter().all(|c| c.kernel == "k"), "seed {seed}: {r}");
+                let queued: Vec<&str> = r.queued.iter().map(|q| q.kernel.as_str()).collect();
+                assert_eq!(queued, ["k"], "seed {seed}: {r}");
+            }
+            other => panic!("seed {seed}: expected a deadlock, got {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn a_kernel_panic_is_reported_and_pending_work_discarded() {
     let gpu = VirtualGpu::new(cfg(7));

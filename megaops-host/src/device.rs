@@ -1,5 +1,6 @@
 //! [`Device`]: a CUDA GPU or the CPU backend, behind one API.
 
+use crate::async_stream::BeginRule;
 use crate::backend::cpu::CpuDevice;
 use crate::backend::cuda::CudaDevice;
 use crate::backend::{BackendKind, DeviceBackend, DeviceLimits, Failure};
@@ -10,7 +11,7 @@ use crate::mutex::lock;
 use crate::notes::LaunchNotes;
 use megaops_device::cpu::{CpuError, SemaphoreWait, VgpuConfig};
 use megaops_device::sync::ErrorLog;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -30,6 +31,8 @@ struct DeviceInner {
     next_tensor: AtomicU32,
     timeout_ns: AtomicU64,
     poll_spin_ns: AtomicU32,
+    /// New AsyncStreams use [`BeginRule::StartEvent`] (else the wait kernel).
+    start_events: AtomicBool,
     pub(crate) notes: Mutex<LaunchNotes>,
     /// Registered ticket counters: (allocation, byte offset, bytes).
     tickets: Mutex<Vec<(Weak<Buffer>, usize, usize)>>,
@@ -50,6 +53,17 @@ pub const DEFAULT_POLL_SPIN: Duration = Duration::ZERO;
 /// Longest [`Device::set_poll_spin`] accepts (the kernel parameter is a `u32` of ns).
 pub const MAX_POLL_SPIN: Duration = Duration::from_secs(4);
 
+/// Refuses a poll spin longer than [`MAX_POLL_SPIN`] (what [`Device::set_poll_spin`]
+/// checks, for callers that validate before they have a device).
+pub fn check_poll_spin(spin: Duration) -> Result<()> {
+    if spin > MAX_POLL_SPIN {
+        return Err(Error::Invalid(format!(
+            "a poll spin of {spin:?} is longer than the {MAX_POLL_SPIN:?} a launch can carry"
+        )));
+    }
+    Ok(())
+}
+
 impl Device {
     fn from_backend(backend: Arc<dyn DeviceBackend>) -> Result<Device> {
         let log = Arc::new(Buffer::new(&backend, std::mem::size_of::<ErrorLog>())?);
@@ -62,6 +76,7 @@ impl Device {
                 next_tensor: AtomicU32::new(1),
                 timeout_ns: AtomicU64::new(DEFAULT_WAIT_TIMEOUT.as_nanos() as u64),
                 poll_spin_ns: AtomicU32::new(DEFAULT_POLL_SPIN.as_nanos() as u32),
+                start_events: AtomicBool::new(BeginRule::default() == BeginRule::StartEvent),
                 notes: Mutex::new(LaunchNotes::default()),
                 tickets: Mutex::new(Vec::new()),
                 trace: Mutex::new(None),
@@ -172,13 +187,25 @@ impl Device {
     /// Sets [`Device::poll_spin`] for launches made from now on (graphs keep the value of
     /// their capture). Refuses more than [`MAX_POLL_SPIN`].
     pub fn set_poll_spin(&self, spin: Duration) -> Result<()> {
-        if spin > MAX_POLL_SPIN {
-            return Err(Error::Invalid(format!(
-                "a poll spin of {spin:?} is longer than the {MAX_POLL_SPIN:?} a launch can carry"
-            )));
-        }
+        check_poll_spin(spin)?;
         self.inner.poll_spin_ns.store(spin.as_nanos() as u32, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The [`BeginRule`] of AsyncStreams made from now on whose options name none.
+    pub fn begin_rule(&self) -> BeginRule {
+        if self.inner.start_events.load(Ordering::Relaxed) {
+            BeginRule::StartEvent
+        } else {
+            BeginRule::WaitKernel
+        }
+    }
+
+    /// Sets [`Device::begin_rule`].
+    pub fn set_begin_rule(&self, rule: BeginRule) {
+        self.inner
+            .start_events
+            .store(rule == BeginRule::StartEvent, Ordering::Relaxed);
     }
 
     pub(crate) fn next_launch_id(&self) -> u32 {

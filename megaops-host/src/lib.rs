@@ -35,11 +35,11 @@ pub mod tiling;
 pub mod trace;
 
 pub use async_stream::Graph;
-pub use async_stream::{AsyncOptions, AsyncStream, LaunchSpan};
+pub use async_stream::{AsyncOptions, AsyncStream, BeginRule, LaunchSpan};
 pub use backend::BackendKind;
 pub use buffer::Buffer;
 pub use cudarc::driver::DeviceRepr;
-pub use device::{DEFAULT_POLL_SPIN, DEFAULT_WAIT_TIMEOUT, Device, MAX_POLL_SPIN};
+pub use device::{DEFAULT_POLL_SPIN, DEFAULT_WAIT_TIMEOUT, Device, MAX_POLL_SPIN, check_poll_spin};
 pub use dtype::DType;
 pub use dump::{DimDump, DumpPhase, ProducerDump, SemaphoreDump, TileDump, TiledDump};
 pub use error::{Error, MemoryKind, Result, SyncFailure, TilingErrorKind};

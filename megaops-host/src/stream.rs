@@ -135,6 +135,28 @@ impl Stream {
         Ok(event)
     }
 
+    /// [`Stream::launch_raw`], also returning the launch's start event, which completes
+    /// once every CTA of the kernel has begun ([`StreamBackend::launch_with_start_event`]).
+    ///
+    /// # Safety
+    /// As for [`Stream::launch_raw`].
+    pub(crate) unsafe fn launch_raw_with_start(
+        &self,
+        l: &RawLaunch<'_>,
+        buffers: Vec<Arc<Buffer>>,
+    ) -> Result<(Arc<Event>, Event)> {
+        // SAFETY: the caller's contract; `buffers` are retained below until the kernel
+        // is done.
+        let started = unsafe { self.backend.launch_with_start_event(l) }.map_err(|f| self.device.report(f))?;
+        let event = Arc::new(self.record_marker()?);
+        self.hold(buffers, &event);
+        let started = Event {
+            device: self.device.clone(),
+            backend: started,
+        };
+        Ok((event, started))
+    }
+
     /// Enqueues setting the 32-bit words of `buffer` from word `first` on, `words` of
     /// them, to `value`; `buffer` is kept alive until it ran.
     pub(crate) fn fill_words(&self, buffer: &Arc<Buffer>, first: usize, words: usize, value: i32) -> Result<()> {

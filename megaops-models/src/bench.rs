@@ -200,6 +200,10 @@ pub struct BenchRow {
     /// Whether decode attention ran the QK-norm, RoPE and cache write itself
     /// ([`StepPlan::fuse_rope`]).
     pub rope_fusion: bool,
+    /// The device's begin rule for overlapping launches (`wait-kernel`, `start-event`).
+    pub begin_rule: String,
+    /// The device's poll spin of tile waits, ns.
+    pub poll_spin_ns: u64,
 }
 
 /// `n` deterministic pseudo-random values below `below` (xorshift).
@@ -369,6 +373,8 @@ pub fn run(
         prefill_gemm: spec.prefill_gemm.name(),
         norm_fusion: decode_plan.fuse_norms.unwrap_or(false),
         rope_fusion: decode_plan.fuse_rope.unwrap_or(true),
+        begin_rule: device.begin_rule().name().into(),
+        poll_spin_ns: device.poll_spin().as_nanos() as u64,
         device: device.name(),
     })
 }

@@ -33,6 +33,9 @@ pub(crate) struct KernelRun {
     pub(crate) placed: u64,
     /// CTAs finished so far.
     pub(crate) finished: u64,
+    /// The event that completes once every CTA has been placed (a launch's start
+    /// event), if the launch asked for one.
+    pub(crate) started: Option<u64>,
 }
 
 /// Resources in use on one SM.
@@ -49,6 +52,8 @@ pub(crate) struct Placement {
     pub(crate) seq: u64,
     pub(crate) cta: u64,
     pub(crate) sm: u32,
+    /// This was the kernel's last CTA, and the kernel has this start event.
+    pub(crate) started: Option<u64>,
 }
 
 /// The dispatch queue, the kernels in flight and the SMs' occupancy.
@@ -98,13 +103,16 @@ impl Dispatcher {
         usage.smem += k.smem;
         let cta = k.placed;
         k.placed += 1;
+        let mut started = None;
         if k.placed == k.ctas {
             self.queue.pop_front();
+            started = k.started;
         }
         Some(Placement {
             seq,
             cta,
             sm: sm as u32,
+            started,
         })
     }
 
@@ -162,6 +170,7 @@ mod tests {
             ctas: ctas as u64,
             placed: 0,
             finished: 0,
+            started: None,
         }
     }
 

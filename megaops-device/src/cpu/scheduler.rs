@@ -160,7 +160,7 @@ impl Engine {
         let mut last_progress_clock = self.clock.get();
         loop {
             self.advance_streams(queues)?;
-            self.place_ctas()?;
+            self.place_ctas(queues)?;
             self.wake_waiters();
             if lock(queues).reached(goal) {
                 return Ok(());
@@ -304,8 +304,11 @@ impl Engine {
     }
 
     /// Places every CTA that fits, in dispatch order; their threads become runnable.
-    fn place_ctas(&mut self) -> Result<(), CpuError> {
+    fn place_ctas(&mut self, queues: &Mutex<Queues>) -> Result<(), CpuError> {
         while let Some(p) = self.dispatch.place_next(&self.cfg, &mut self.rng) {
+            if let Some(e) = p.started {
+                lock(queues).complete_event(e);
+            }
             let Some(k) = self.dispatch.kernel(p.seq) else {
                 continue;
             };

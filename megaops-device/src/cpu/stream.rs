@@ -170,6 +170,13 @@ impl Queues {
         }
     }
 
+    /// Marks `event` complete (a launch's start event: its kernel placed its last CTA).
+    pub(crate) fn complete_event(&mut self, event: u64) {
+        if let Some(ev) = self.events.get_mut(event as usize) {
+            ev.complete = true;
+        }
+    }
+
     pub(crate) fn event_complete(&self, event: u64) -> bool {
         self.events.get(event as usize).is_some_and(|e| e.complete)
     }

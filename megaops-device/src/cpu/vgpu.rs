@@ -167,6 +167,31 @@ impl VirtualGpu {
     /// than `max_smem_per_cta` bytes of dynamic shared memory, or a stream of another
     /// virtual GPU.
     pub fn launch(&self, stream: StreamId, launch: CpuLaunch) -> Result<(), CpuError> {
+        self.enqueue_kernel(stream, launch, |_| (None, ()))
+    }
+
+    /// [`VirtualGpu::launch`], returning an event that completes once every CTA of the
+    /// kernel has been placed on an SM (begun), the CPU backend's launch-completion event:
+    /// a stream that waits for it lets later kernels take SMs only after this one has all
+    /// of its own.
+    ///
+    /// # Panics
+    /// If `stream` belongs to another virtual GPU.
+    pub fn launch_with_start_event(&self, stream: StreamId, launch: CpuLaunch) -> Result<EventId, CpuError> {
+        self.enqueue_kernel(stream, launch, |q| {
+            let event = q.new_event(stream);
+            (Some(event.index), event)
+        })
+    }
+
+    /// Validates and enqueues `launch`; `start` makes its start event, if any, and what
+    /// the caller gets back.
+    fn enqueue_kernel<T>(
+        &self,
+        stream: StreamId,
+        launch: CpuLaunch,
+        start: impl FnOnce(&mut Queues) -> (Option<u64>, T),
+    ) -> Result<T, CpuError> {
         validate_launch(&self.cfg, &launch)?;
         let mut q = lock(&self.queues);
         if !q.owns(stream) {
@@ -192,9 +217,11 @@ impl VirtualGpu {
             ctas: grid.volume(),
             placed: 0,
             finished: 0,
+            started: None,
         };
-        q.push(stream, Op::Kernel(kernel));
-        Ok(())
+        let (started, out) = start(&mut q);
+        q.push(stream, Op::Kernel(KernelRun { started, ..kernel }));
+        Ok(out)
     }
 
     /// Enqueues a host operation (a memcpy or memset of the host runtime) on `stream`: it

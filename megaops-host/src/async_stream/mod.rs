@@ -8,9 +8,11 @@
 //!   kernel that overwrites a buffer waits for earlier readers and writers on other
 //!   streams (for `Tiled` outputs: the readers of the previous cycle). So mixing MegaOps
 //!   kernels with unadapted ones is safe by default.
-//! - **Deadlock freedom**: before each launch, a wait kernel on the same stream holds it
-//!   until the previous launch has started a CTA (its `kernel_begin_cta` raised the begin
-//!   flag), so earlier kernels always get SMs first.
+//! - **Deadlock freedom**: each launch is held until the previous one (on another stream)
+//!   has begun, so earlier kernels always get SMs first. [`BeginRule`] says how: a wait
+//!   kernel on the same stream that spins until the previous launch's `kernel_begin_cta`
+//!   raised the begin flag, or a stream wait for the previous launch's start event
+//!   (every CTA begun).
 //! - **Memory**: buffers a kernel uses stay alive until the event recorded after that
 //!   kernel completes (or as long as a captured graph), so nothing is reused while a kernel
 //!   that uses it may still run. With N streams round-robin, at most N kernels are in
@@ -54,6 +56,7 @@ pub struct AsyncStream {
     side_used: std::sync::atomic::AtomicBool,
     overlap: bool,
     begin_wait: bool,
+    begin_rule: BeginRule,
     flag: Tensor<i32>,
     inner: Mutex<Inner>,
     key: TargetKey,
@@ -71,6 +74,46 @@ pub struct AsyncOptions {
     pub begin_wait: bool,
     /// Give launches with `LaunchOptions::on_partition` a green context of this many SMs.
     pub partition_sms: Option<u32>,
+    /// How the deadlock-freedom rule holds a launch back (`None`: the device's,
+    /// [`Device::begin_rule`]).
+    pub begin_rule: Option<BeginRule>,
+}
+
+/// How an overlapping [`AsyncStream`] holds each launch until the previous one (on another
+/// stream) has begun, so that earlier kernels always get SMs first (paper §2.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum BeginRule {
+    /// A one-CTA wait kernel (`megaops_wait_begin`) before the launch, on its stream,
+    /// spins until the previous launch's `kernel_begin_cta` raised the begin flag: its
+    /// first CTA or its last, as that launch's `LaunchOptions::release_next` says.
+    #[default]
+    WaitKernel,
+    /// Every launch is made with a start event (`cuLaunchKernelEx` with
+    /// `CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT`: complete once all its CTAs have
+    /// begun), and the next launch's stream waits for it: no wait kernel, and the
+    /// release point is always the previous launch's last CTA.
+    StartEvent,
+}
+
+impl BeginRule {
+    /// `wait-kernel` or `start-event`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BeginRule::WaitKernel => "wait-kernel",
+            BeginRule::StartEvent => "start-event",
+        }
+    }
+
+    /// The rule named `s` (see [`BeginRule::name`]).
+    pub fn parse(s: &str) -> Result<BeginRule> {
+        match s {
+            "wait-kernel" => Ok(BeginRule::WaitKernel),
+            "start-event" => Ok(BeginRule::StartEvent),
+            _ => Err(Error::Invalid(format!(
+                "unknown begin rule `{s}`: expected `wait-kernel` or `start-event`"
+            ))),
+        }
+    }
 }
 
 impl Default for AsyncOptions {
@@ -80,6 +123,7 @@ impl Default for AsyncOptions {
             overlap: true,
             begin_wait: true,
             partition_sms: None,
+            begin_rule: None,
         }
     }
 }
@@ -88,14 +132,25 @@ impl Default for AsyncOptions {
 struct Inner {
     launches: u64,
     token: i32,
-    /// The previous launch: stream index, begin token, kernel.
-    prev: Option<(usize, i32, &'static str)>,
+    /// The previous launch.
+    prev: Option<PrevLaunch>,
     hazards: Hazards,
     capture: Option<Capture>,
     /// While profiling: the spans of the launches made so far.
     profile: Option<Vec<LaunchSpan>>,
     /// Every launch records its tiles in the device's trace log.
     tracing: bool,
+}
+
+/// What the next launch may have to wait for.
+struct PrevLaunch {
+    /// Its stream index.
+    stream: usize,
+    /// The begin token it raises ([`BeginRule::WaitKernel`]).
+    token: i32,
+    kernel: &'static str,
+    /// Its start event ([`BeginRule::StartEvent`]).
+    started: Option<Event>,
 }
 
 /// One launch as the profiler saw it ([`AsyncStream::set_profiling`]): timing events on
@@ -167,6 +222,7 @@ impl AsyncStream {
             side_used: Default::default(),
             overlap: opts.overlap,
             begin_wait: opts.begin_wait,
+            begin_rule: opts.begin_rule.unwrap_or_else(|| device.begin_rule()),
             flag: Tensor::zeros(device, &[1])?,
             inner: Mutex::new(Inner::default()),
             key: TargetKey::fresh(),
@@ -232,6 +288,11 @@ impl AsyncStream {
     /// True unless this is the no-overlap mode.
     pub fn overlaps(&self) -> bool {
         self.overlap
+    }
+
+    /// How launches are held until the previous one has begun.
+    pub fn begin_rule(&self) -> BeginRule {
+        self.begin_rule
     }
 
     /// The underlying streams.
@@ -321,6 +382,14 @@ impl AsyncStream {
     }
 }
 
+/// How a launch is held until the previous one has begun.
+enum Hold {
+    /// A wait kernel for this begin token.
+    Kernel(i32, megaops_device::sync::KernelCtx),
+    /// A stream wait for the previous launch's start event.
+    Event(Event),
+}
+
 impl crate::launch::sealed::Sealed for AsyncStream {}
 
 impl LaunchTarget for AsyncStream {
@@ -374,33 +443,40 @@ impl LaunchTarget for AsyncStream {
             }
         }
 
-        // Hold the launch until the previous one started a CTA (different stream only).
-        let wait = match inner.prev {
-            Some((ps, token, prev_kernel)) if self.overlap && self.begin_wait && ps != s => {
-                let wait_id = self.device.next_launch_id();
-                let ctx = runtime::wait_ctx(
-                    wait_id,
-                    launch.ctx.timeout_ns,
-                    launch.ctx.poll_spin_ns,
-                    launch.ctx.errors,
-                );
-                self.device.notes().insert(
-                    wait_id,
-                    LaunchNote {
-                        kernel: launch.kernel.to_string(),
-                        tile_grid: vec![1],
-                        tensors: vec![],
-                        waits_for: Some(prev_kernel.to_string()),
-                        timeout_ns: launch.ctx.timeout_ns,
-                        config: "",
-                        stream: self.lane_name(s),
-                    },
-                );
-                Some((token, ctx))
-            }
+        // Hold the launch until the previous one started (different stream only).
+        let holds = self.overlap && self.begin_wait && (n > 1 || self.partition.is_some());
+        let event_rule = holds && self.begin_rule == BeginRule::StartEvent;
+        let hold = match inner.prev.as_mut() {
+            Some(prev) if holds && prev.stream != s => match prev.started.take() {
+                Some(started) => Some(Hold::Event(started)),
+                // (Every launch under this rule has a start event.)
+                None if event_rule => None,
+                None => {
+                    let wait_id = self.device.next_launch_id();
+                    let ctx = runtime::wait_ctx(
+                        wait_id,
+                        launch.ctx.timeout_ns,
+                        launch.ctx.poll_spin_ns,
+                        launch.ctx.errors,
+                    );
+                    self.device.notes().insert(
+                        wait_id,
+                        LaunchNote {
+                            kernel: launch.kernel.to_string(),
+                            tile_grid: vec![1],
+                            tensors: vec![],
+                            waits_for: Some(prev.kernel.to_string()),
+                            timeout_ns: launch.ctx.timeout_ns,
+                            config: "",
+                            stream: self.lane_name(s),
+                        },
+                    );
+                    Some(Hold::Kernel(prev.token, ctx))
+                }
+            },
             _ => None,
         };
-        if self.overlap && self.begin_wait && (n > 1 || self.partition.is_some()) {
+        if holds && !event_rule {
             inner.token = inner.token.wrapping_add(1);
             launch.ctx.begin_flag = self.flag.addr() as *mut i32;
             launch.ctx.begin_token = inner.token;
@@ -427,12 +503,22 @@ impl LaunchTarget for AsyncStream {
             side.prepare(stream, &self.side)?;
         }
         let fork = launch.side.is_some().then(|| stream.record_marker()).transpose()?;
-        if let Some((token, ctx)) = wait {
-            runtime::wait_begin(stream, self.flag.buffer(), token, ctx)?;
+        if let Some(Hold::Kernel(token, ctx)) = &hold {
+            runtime::wait_begin(stream, self.flag.buffer(), *token, *ctx)?;
         }
         let profiling = inner.profile.is_some();
         let start = profiling.then(|| stream.record_timing_node()).transpose()?;
-        let event = launch.launch_on(stream)?;
+        // (After the profiler's start node: the start event's wait must lead straight to
+        // the kernel it holds, also in a captured graph.)
+        if let Some(Hold::Event(started)) = &hold {
+            stream.wait_event(started)?;
+        }
+        let (event, started) = if event_rule {
+            let (event, started) = launch.launch_on_with_start(stream)?;
+            (event, Some(started))
+        } else {
+            (launch.launch_on(stream)?, None)
+        };
         if let (Some(side), Some(fork)) = (&launch.side, &fork) {
             self.side_used.store(true, std::sync::atomic::Ordering::Release);
             for x in &self.side {
@@ -465,7 +551,12 @@ impl LaunchTarget for AsyncStream {
             // target could wait for; `Graph::launch` records the replay instead.)
             order::record(&launch.uses, self.key, &event);
         }
-        inner.prev = Some((s, inner.token, launch.kernel));
+        inner.prev = Some(PrevLaunch {
+            stream: s,
+            token: inner.token,
+            kernel: launch.kernel,
+            started,
+        });
         inner.launches += 1;
         Ok(id)
     }

@@ -168,6 +168,15 @@ pub(crate) trait StreamBackend: Send + Sync {
     /// parameter is the address of memory of this device that stays allocated until the
     /// kernel is done (the caller retains it), and the CPU body does what the entry does.
     unsafe fn launch(&self, launch: &RawLaunch<'_>) -> BackendResult<()>;
+    /// Enqueues a kernel like [`StreamBackend::launch`] and returns its *start event*:
+    /// an event that completes once every CTA of the kernel has begun (CUDA's launch
+    /// completion event, `CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT` on
+    /// `cuLaunchKernelEx`; on the CPU backend, once the virtual GPU placed its last CTA).
+    /// A stream that waits for it can start its next kernel while this one still runs.
+    ///
+    /// # Safety
+    /// As for [`StreamBackend::launch`].
+    unsafe fn launch_with_start_event(&self, launch: &RawLaunch<'_>) -> BackendResult<Box<dyn EventBackend>>;
     /// Enqueues setting `words` 32-bit words at `addr` to `value` (`cuMemsetD32Async`
     /// on a GPU, a host operation in stream order on the CPU backend).
     ///

@@ -100,6 +100,19 @@ impl PreparedLaunch {
 
     /// Launches on one stream; returns the event recorded after it.
     pub(crate) fn launch_on(&self, stream: &Stream) -> crate::Result<Arc<Event>> {
+        self.launch_on_with(stream, false).map(|(done, _)| done)
+    }
+
+    /// [`PreparedLaunch::launch_on`], also returning the launch's start event (complete
+    /// once every CTA has begun).
+    pub(crate) fn launch_on_with_start(&self, stream: &Stream) -> crate::Result<(Arc<Event>, Event)> {
+        let (done, started) = self.launch_on_with(stream, true)?;
+        let started = started.ok_or_else(|| crate::Error::Internal("a launch made no start event".into()))?;
+        Ok((done, started))
+    }
+
+    /// Enqueues the kernel on `stream`, with a start event when `start_event`.
+    fn launch_on_with(&self, stream: &Stream, start_event: bool) -> crate::Result<(Arc<Event>, Option<Event>)> {
         let entry = self.entry_to_run();
         let _range = crate::nvtx::range(|| entry);
         let params = self.params();
@@ -118,7 +131,14 @@ impl PreparedLaunch {
         // device), the CPU body is the same kernel body, and every pointer parameter is
         // the address of a buffer in `self.buffers` (bound and device-checked by
         // `KernelLaunch`), retained until the kernel is done.
-        unsafe { stream.launch_raw(&raw, self.buffers.clone()) }
+        unsafe {
+            if start_event {
+                let (done, started) = stream.launch_raw_with_start(&raw, self.buffers.clone())?;
+                Ok((done, Some(started)))
+            } else {
+                Ok((stream.launch_raw(&raw, self.buffers.clone())?, None))
+            }
+        }
     }
 }
 

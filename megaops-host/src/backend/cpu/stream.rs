@@ -35,8 +35,9 @@ struct CaptureLog {
     /// The stream that began it.
     origin: StreamId,
     ops: Vec<(StreamId, Op)>,
-    /// Events recorded in the capture: the stream and the op position of each.
-    events: Vec<(StreamId, usize)>,
+    /// Events recorded in the capture: the stream and the op position of each (`None`
+    /// for a launch's start event, which does not mean the launch is done).
+    events: Vec<(StreamId, Option<usize>)>,
     /// Streams that joined, other than the origin.
     joined: HashMap<StreamId, Join>,
 }
@@ -58,6 +59,8 @@ impl Join {
 #[derive(Clone)]
 enum Op {
     Launch(CpuLaunch),
+    /// A launch whose start event is capture event `n`.
+    LaunchStarted(CpuLaunch, usize),
     /// Records capture event `n`.
     Record(usize),
     /// Waits for capture event `n`.
@@ -137,7 +140,7 @@ impl StreamBackend for CpuStream {
                 let mut l = lock(&log);
                 let index = l.events.len();
                 let at = l.ops.len();
-                l.events.push((self.id, at));
+                l.events.push((self.id, Some(at)));
                 l.ops.push((self.id, Op::Record(index)));
                 index
             };
@@ -177,7 +180,7 @@ impl StreamBackend for CpuStream {
                 let at = l.ops.len();
                 if self.id == l.origin {
                     if let Some(join) = l.joined.get_mut(&recorder) {
-                        join.waited = join.waited.max(Some(recorded_at));
+                        join.waited = join.waited.max(recorded_at);
                     }
                 } else {
                     l.joined.entry(self.id).or_insert(Join { last: at, waited: None }).last = at;
@@ -189,17 +192,32 @@ impl StreamBackend for CpuStream {
     }
 
     unsafe fn launch(&self, l: &RawLaunch<'_>) -> BackendResult<()> {
-        let launch = CpuLaunch {
-            name: l.kernel.to_string(),
-            grid: Dim3::new(l.grid[0], l.grid[1], l.grid[2]),
-            block: Dim3::new(l.block[0], l.block[1], l.block[2]),
-            dynamic_smem: l.dynamic_smem as usize,
-            entry: l.cpu.clone(),
-        };
-        match self.capture(Op::Launch(launch)) {
+        match self.capture(Op::Launch(cpu_launch(l))) {
             Some(Op::Launch(launch)) => self.vgpu.launch(self.id, launch).map_err(Failure::Stop),
             _ => Ok(()),
         }
+    }
+
+    unsafe fn launch_with_start_event(&self, l: &RawLaunch<'_>) -> BackendResult<Box<dyn EventBackend>> {
+        let launch = cpu_launch(l);
+        let Some(log) = self.captures.of(self.id) else {
+            let id = self
+                .vgpu
+                .launch_with_start_event(self.id, launch)
+                .map_err(Failure::Stop)?;
+            return Ok(Box::new(CpuEvent::Real {
+                vgpu: self.vgpu.clone(),
+                id,
+            }));
+        };
+        let index = {
+            let mut g = lock(&log);
+            let index = g.events.len();
+            g.events.push((self.id, None));
+            index
+        };
+        self.capture(Op::LaunchStarted(launch, index));
+        Ok(Box::new(CpuEvent::Captured { log, index }))
     }
 
     unsafe fn fill_words(&self, addr: u64, value: i32, words: usize) -> Result<()> {
@@ -306,6 +324,17 @@ unsafe fn enqueue_fill(vgpu: &VirtualGpu, stream: StreamId, addr: u64, value: i3
     );
 }
 
+/// The virtual GPU's form of `l`.
+fn cpu_launch(l: &RawLaunch<'_>) -> CpuLaunch {
+    CpuLaunch {
+        name: l.kernel.to_string(),
+        grid: Dim3::new(l.grid[0], l.grid[1], l.grid[2]),
+        block: Dim3::new(l.block[0], l.block[1], l.block[2]),
+        dynamic_smem: l.dynamic_smem as usize,
+        entry: l.cpu.clone(),
+    }
+}
+
 impl EventBackend for CpuEvent {
     fn is_complete(&self) -> bool {
         match self {
@@ -348,6 +377,13 @@ impl GraphBackend for CpuGraph {
         for (s, op) in &self.ops {
             match op {
                 Op::Launch(l) => self.vgpu.launch(*s, l.clone()).map_err(Failure::Stop)?,
+                Op::LaunchStarted(l, n) => {
+                    events[*n] = Some(
+                        self.vgpu
+                            .launch_with_start_event(*s, l.clone())
+                            .map_err(Failure::Stop)?,
+                    )
+                }
                 Op::Record(n) => events[*n] = Some(self.vgpu.record_event(*s)),
                 Op::Wait(n) => {
                     let e = events[*n].ok_or_else(|| Error::Internal("a captured wait precedes its event".into()))?;

@@ -120,6 +120,49 @@ impl StreamBackend for CudaStreamBackend {
         Ok(())
     }
 
+    unsafe fn launch_with_start_event(&self, l: &RawLaunch<'_>) -> BackendResult<Box<dyn EventBackend>> {
+        let f = self.device.function(l.module, l.entry, l.dynamic_smem)?;
+        let mut ptrs: Vec<*mut std::ffi::c_void> =
+            l.params.iter().map(|p| p.as_ptr() as *mut std::ffi::c_void).collect();
+        self.device.bind()?;
+        let event = self
+            .stream
+            .context()
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .ctx(|| "creating a launch's start event".into())?;
+        // SAFETY: an all-zero attribute is a valid `CU_LAUNCH_ATTRIBUTE_IGNORE` (plain
+        // integers and handles); its id and value are set right after.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT;
+        attr.value.launchCompletionEvent = sys::CUlaunchAttributeValue_union__bindgen_ty_3 {
+            event: event.cu_event(),
+            flags: 0,
+        };
+        let config = sys::CUlaunchConfig {
+            gridDimX: l.grid[0],
+            gridDimY: l.grid[1],
+            gridDimZ: l.grid[2],
+            blockDimX: l.block[0],
+            blockDimY: l.block[1],
+            blockDimZ: l.block[2],
+            sharedMemBytes: l.dynamic_smem,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: as for `launch` (the caller's contract); `config`, `attr` and `ptrs`
+        // outlive the call, and the event is live (owned by `event`).
+        unsafe { sys::cuLaunchKernelEx(&config, f.0, ptrs.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()
+            .ctx(|| {
+                format!(
+                    "launching `{}` with a start event, grid {:?}, block {:?}, {} B shared",
+                    l.kernel, l.grid, l.block, l.dynamic_smem
+                )
+            })?;
+        Ok(Box::new(CudaEventBackend(event)))
+    }
+
     unsafe fn fill_words(&self, addr: u64, value: i32, words: usize) -> Result<()> {
         // SAFETY: `addr` holds `words` words and stays allocated (the caller's contract).
         unsafe { sys::cuMemsetD32Async(addr, value as u32, words, self.stream.cu_stream()) }
