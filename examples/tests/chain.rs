@@ -97,6 +97,50 @@ fn gpu_chains_add_one_per_link() -> Result<()> {
     Ok(())
 }
 
+/// Many eager chains, then one graph uploaded and replayed many times, on AsyncStreams
+/// with start events (every start event must outlive its launch).
+#[test]
+fn gpu_start_event_chains_run_eagerly_and_replay_many_times() -> Result<()> {
+    let Some(dev) = gpu_or_skip("gpu_start_event_chains_run_eagerly_and_replay_many_times") else {
+        return Ok(());
+    };
+    for streams in [2, 3] {
+        let on = AsyncStream::with_options(
+            &dev,
+            AsyncOptions {
+                streams,
+                begin_rule: Some(BeginRule::StartEvent),
+                ..AsyncOptions::default()
+            },
+        )?;
+        let shape = ChainShape {
+            ctas: 132,
+            tiles: 132,
+            links: 64,
+        };
+        let mut chain = Chain::new(&dev, shape)?;
+        for round in 0..20 {
+            chain.run(&on, 0)?;
+            if round % 5 == 4 {
+                on.synchronize()?;
+                assert_eq!(chain.mismatches()?, 0, "{streams} streams, eager round {round}");
+            }
+        }
+        eprintln!("{streams} streams: eager rounds done");
+        let graph = on.capture(|s| chain.run(s, 0))?;
+        graph.upload()?;
+        eprintln!("{streams} streams: captured and uploaded");
+        for replay in 0..10 {
+            chain.poison()?;
+            graph.launch(&on)?;
+            on.synchronize()?;
+            assert_eq!(chain.mismatches()?, 0, "{streams} streams, replay {replay}");
+        }
+        eprintln!("{streams} streams: replays done");
+    }
+    Ok(())
+}
+
 /// Every hop variant of `pingpong` over `rounds` rounds leaves CTA 0's half at
 /// `2 · rounds - 1`, CTA 1's at `2 · rounds` and both counters at `rounds`.
 fn pingpong_hands_the_tile_back_and_forth(dev: &Device, rounds: u32) -> Result<()> {

@@ -7,8 +7,6 @@
 //! - **2 streams / 3 streams**: `AsyncStream::new(dev, n)`: every boundary is a semaphore
 //!   wait of each consumer CTA on the whole producer output, a begin-flag wait kernel and
 //!   a launch;
-//! - **… events**: the same with [`BeginRule::StartEvent`]: the launch waits for the
-//!   previous one's start event instead of a wait kernel;
 //! - **serial**: `AsyncStream::serial`, ordinary stream boundaries in a graph;
 //! - **eager**: the serial chain launched without a graph.
 //!
@@ -18,9 +16,11 @@
 //! spin); a spin before the wait is work the overlap can run early, so its row shows
 //! how early the next kernel starts (the begin-flag wait kernel and the launch).
 //!
-//! Two more tables: the chain at several [`Device::set_poll_spin`] settings, and
+//! Three more tables: the chain at several [`Device::set_poll_spin`] settings;
 //! [`pingpong`]: two CTAs of one kernel handing a tile back and forth with hand-written
-//! waits and signals of each [`hop`] variant, the floor of one dependent hop.
+//! waits and signals of each [`hop`] variant, the floor of one dependent hop; and the
+//! chain under either [`BeginRule`] (the wait kernel, or a stream wait for the previous
+//! launch's start event).
 
 use crate::harness::{Stats, Table, f3, time_events, time_graph};
 use megaops::{AsyncOptions, AsyncStream, BeginRule, Device, Result, Tensor};
@@ -53,6 +53,7 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
     chain_table(&dev, replays)?.emit(out);
     poll_spin_table(&dev, replays)?.emit(out);
     pingpong_table(&dev, if quick { 5 } else { 15 })?.emit(out);
+    begin_rule_table(&dev, replays)?.emit(out);
     Ok(())
 }
 
@@ -68,13 +69,11 @@ fn overlapping(dev: &Device, streams: usize, rule: BeginRule) -> Result<AsyncStr
     )
 }
 
-/// 2 and 3 streams with either begin rule, then the serial mode.
-fn targets(dev: &Device) -> Result<[AsyncStream; 5]> {
+/// 2 and 3 streams with the wait kernel, then the serial mode.
+fn targets(dev: &Device) -> Result<[AsyncStream; 3]> {
     Ok([
         overlapping(dev, 2, BeginRule::WaitKernel)?,
         overlapping(dev, 3, BeginRule::WaitKernel)?,
-        overlapping(dev, 2, BeginRule::StartEvent)?,
-        overlapping(dev, 3, BeginRule::StartEvent)?,
         AsyncStream::serial(dev)?,
     ])
 }
@@ -130,8 +129,6 @@ fn chain_table(dev: &Device, replays: usize) -> Result<Table> {
             "check",
             "2 streams",
             "3 streams",
-            "2 streams, events",
-            "3 streams, events",
             "serial",
             "eager",
             "2 streams over spins",
@@ -164,11 +161,9 @@ fn chain_table(dev: &Device, replays: usize) -> Result<Table> {
                     f3(graph[0]),
                     f3(graph[1]),
                     f3(graph[2]),
-                    f3(graph[3]),
-                    f3(graph[4]),
                     f3(eager),
                     f3(graph[0] - (spins.0 + spins.1) as f64 * 1e-3),
-                    format!("{:.3}×", graph[4] / graph[0]),
+                    format!("{:.3}×", graph[2] / graph[0]),
                 ]);
             }
         }
@@ -189,8 +184,6 @@ fn poll_spin_table(dev: &Device, replays: usize) -> Result<Table> {
             "check",
             "2 streams",
             "3 streams",
-            "2 streams, events",
-            "3 streams, events",
             "serial",
         ],
     );
@@ -223,13 +216,58 @@ fn poll_spin_table(dev: &Device, replays: usize) -> Result<Table> {
                     f3(graph[0]),
                     f3(graph[1]),
                     f3(graph[2]),
-                    f3(graph[3]),
-                    f3(graph[4]),
                 ]);
             }
         }
     }
     dev.set_poll_spin(before)?;
+    Ok(table)
+}
+
+/// The chain on 2 and 3 streams under each [`BeginRule`].
+fn begin_rule_table(dev: &Device, replays: usize) -> Result<Table> {
+    let mut table = Table::new(
+        "Kernel boundary by begin rule: the chain of 64 kernels, µs per kernel (graph replays)",
+        &[
+            "CTAs",
+            "data tiles",
+            "pre-spin ns",
+            "spin ns",
+            "check",
+            "2 streams, wait kernel",
+            "2 streams, start event",
+            "3 streams, wait kernel",
+            "3 streams, start event",
+            "serial",
+        ],
+    );
+    let targets = [
+        overlapping(dev, 2, BeginRule::WaitKernel)?,
+        overlapping(dev, 2, BeginRule::StartEvent)?,
+        overlapping(dev, 3, BeginRule::WaitKernel)?,
+        overlapping(dev, 3, BeginRule::StartEvent)?,
+        AsyncStream::serial(dev)?,
+    ];
+    for (ctas, tiles) in [(1, 1), (16, 16), (132, 1), (132, 132)] {
+        for spins in SPINS {
+            let shape = ChainShape {
+                ctas,
+                tiles,
+                links: LINKS,
+            };
+            eprintln!("boundary suite: begin rules, {shape}, spins {spins:?}");
+            let (bad, graph, _) = time_chain(dev, &targets, shape, spins, replays)?;
+            let mut row = vec![
+                ctas.to_string(),
+                tiles.to_string(),
+                spins.0.to_string(),
+                spins.1.to_string(),
+                check(bad),
+            ];
+            row.extend(graph.iter().map(|&t| f3(t)));
+            table.row(row);
+        }
+    }
     Ok(table)
 }
 

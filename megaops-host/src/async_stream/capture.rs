@@ -45,6 +45,7 @@ impl AsyncStream {
         let mut inner = lock(&self.inner);
         inner.prev = None;
         inner.hazards.clear();
+        inner.started.retain(|l| !l.captured);
         let capture = inner.capture.take();
         drop(inner);
         let (graph, buffers) = result?;

@@ -134,6 +134,8 @@ struct Inner {
     token: i32,
     /// The previous launch.
     prev: Option<PrevLaunch>,
+    /// Start events whose launches may not be done yet.
+    started: Vec<StartedLaunch>,
     hazards: Hazards,
     capture: Option<Capture>,
     /// While profiling: the spans of the launches made so far.
@@ -150,7 +152,18 @@ struct PrevLaunch {
     token: i32,
     kernel: &'static str,
     /// Its start event ([`BeginRule::StartEvent`]).
-    started: Option<Event>,
+    started: Option<Arc<Event>>,
+}
+
+/// A start event kept alive until its launch is done: the driver triggers it when the
+/// launch's CTAs begin, so it must not be destroyed before then.
+struct StartedLaunch {
+    /// The launch's completion event.
+    done: Arc<Event>,
+    _started: Arc<Event>,
+    /// Made inside a graph capture (a capture-time object only: dropped when the capture
+    /// ends).
+    captured: bool,
 }
 
 /// One launch as the profiler saw it ([`AsyncStream::set_profiling`]): timing events on
@@ -362,7 +375,9 @@ impl AsyncStream {
         for s in self.all_streams() {
             s.synchronize()?;
         }
-        lock(&self.inner).hazards.clear();
+        let mut inner = lock(&self.inner);
+        inner.hazards.clear();
+        inner.started.retain(|l| l.captured);
         Ok(())
     }
 
@@ -387,7 +402,7 @@ enum Hold {
     /// A wait kernel for this begin token.
     Kernel(i32, megaops_device::sync::KernelCtx),
     /// A stream wait for the previous launch's start event.
-    Event(Event),
+    Event(Arc<Event>),
 }
 
 impl crate::launch::sealed::Sealed for AsyncStream {}
@@ -447,7 +462,7 @@ impl LaunchTarget for AsyncStream {
         let holds = self.overlap && self.begin_wait && (n > 1 || self.partition.is_some());
         let event_rule = holds && self.begin_rule == BeginRule::StartEvent;
         let hold = match inner.prev.as_mut() {
-            Some(prev) if holds && prev.stream != s => match prev.started.take() {
+            Some(prev) if holds && prev.stream != s => match prev.started.clone() {
                 Some(started) => Some(Hold::Event(started)),
                 // (Every launch under this rule has a start event.)
                 None if event_rule => None,
@@ -515,6 +530,15 @@ impl LaunchTarget for AsyncStream {
         }
         let (event, started) = if event_rule {
             let (event, started) = launch.launch_on_with_start(stream)?;
+            let started = Arc::new(started);
+            if !capturing {
+                inner.started.retain(|l| l.captured || !l.done.is_complete());
+            }
+            inner.started.push(StartedLaunch {
+                done: event.clone(),
+                _started: started.clone(),
+                captured: capturing,
+            });
             (event, Some(started))
         } else {
             (launch.launch_on(stream)?, None)
