@@ -9,10 +9,11 @@
 //!   `red.relaxed.gpu.global.add.s32` per data tile (fence then strong write: a release
 //!   pattern; the barrier makes every thread's stores precede the fence).
 //! - *wait*: the active lanes of each warp (`activemask`) that reach the wait scan the
-//!   semaphores together: each reads its share with `ld.relaxed.gpu` (up to four per lane
-//!   per round, so one round trip covers 128 data tiles of a full warp) and
-//!   `redux.sync.min` finds the first tile not ready. When all are ready, every lane
-//!   issues `fence.acq_rel.gpu` (the reader's acquire pattern) and the lanes meet at
+//!   semaphores together: each reads its share (up to four per lane per round, so one
+//!   round trip covers 128 data tiles of a full warp) and `redux.sync.min` finds the
+//!   first tile not ready. With at most one tile per lane the loads are `ld.acquire.gpu`;
+//!   with more they are `ld.relaxed.gpu` and, when all are ready, every lane issues
+//!   `fence.acq_rel.gpu` (the reader's acquire pattern). Then the lanes meet at
 //!   `bar.warp.sync` (which orders that acquire before the other lanes' reads); otherwise
 //!   they sleep and scan again from the first tile that was not ready. Waiting per warp
 //!   instead of "thread 0 then CTA barrier" keeps the wait correct wherever the macro
@@ -113,13 +114,20 @@ pub unsafe fn wait_input(ctx: &KernelCtx, tile: u32, sync: &TileSync, region: &[
     let lanes = LaneShare::current();
     let mut spin = Spin::new();
     let mut k = 0;
+    // One semaphore per lane at most: each lane's single load can be `ld.acquire` (no
+    // fence after, and no later load of the lane waits for it). More: relaxed loads that
+    // overlap, then one fence.
+    let acquire = n <= lanes.count;
     loop {
         // SAFETY: the semaphores of the tiling are valid (caller's contract).
-        let Some(pk) = (unsafe { first_pending(sync, &tiles, n, k, &lanes) }) else {
-            // Acquire pattern in every lane, then the warp barrier: a lane that read a
-            // semaphore synchronised with its producer, and `bar.warp.sync` orders that
-            // before the other lanes' reads of the tile.
-            fence(AcqRel, Gpu);
+        let Some(pk) = (unsafe { first_pending(sync, &tiles, n, k, &lanes, acquire) }) else {
+            // Acquire in every lane that read a semaphore (its load, or the fence after
+            // its relaxed loads), then the warp barrier: a lane that read a semaphore
+            // synchronised with its producer, and `bar.warp.sync` orders that before the
+            // other lanes' reads of the tile.
+            if !acquire {
+                fence(AcqRel, Gpu);
+            }
             lanes.sync();
             #[cfg(not(target_arch = "nvptx64"))]
             crate::cpu::record_waited(sync, &tiles);
@@ -234,16 +242,24 @@ impl LaneShare {
 }
 
 /// The first data tile of `tiles`, from the `from`-th on, whose semaphore has not reached
-/// `sync.target`, or `None` if all have. The lanes of `lanes` share each round of relaxed
-/// loads ([`LaneShare`]) and agree on the smallest pending tile; the caller's
-/// `fence.acq_rel.gpu` after a `None` makes the loads an acquire pattern of the PTX memory
-/// model, which synchronises with each producer's release. (One `ld.acquire.gpu` per data
-/// tile would be one ordered round trip after another.)
+/// `sync.target`, or `None` if all have. The lanes of `lanes` share each round of loads
+/// ([`LaneShare`]) and agree on the smallest pending tile. With `acquire` (at most one
+/// tile per lane) each load is `ld.acquire.gpu`; otherwise they are `ld.relaxed.gpu` and
+/// the caller's `fence.acq_rel.gpu` after a `None` makes them an acquire pattern of the
+/// PTX memory model (several `ld.acquire.gpu` of one lane would be one ordered round trip
+/// after another). Either way each lane synchronises with the producers it read.
 ///
 /// # Safety
 /// As for [`wait_input`].
 #[inline(always)]
-unsafe fn first_pending(sync: &TileSync, tiles: &TileBox, n: u32, from: u32, lanes: &LaneShare) -> Option<u32> {
+unsafe fn first_pending(
+    sync: &TileSync,
+    tiles: &TileBox,
+    n: u32,
+    from: u32,
+    lanes: &LaneShare,
+    acquire: bool,
+) -> Option<u32> {
     let mut base = from;
     while base < n {
         // Constant-index loops: the round stays in registers.
@@ -253,8 +269,15 @@ unsafe fn first_pending(sync: &TileSync, tiles: &TileBox, n: u32, from: u32, lan
             let k = lanes.tile(base, j as u32);
             if k < n {
                 let idx = sem_index(&sync.dims, sync.rank, &tiles.coords(k));
+                let sem = sync.sema.wrapping_add(idx as usize);
                 // SAFETY: idx < number of semaphores of the tiling, which the host allocated.
-                vals[j] = unsafe { atomic::load(sync.sema.add(idx as usize), Relaxed, Gpu) };
+                vals[j] = unsafe {
+                    if acquire {
+                        atomic::load(sem, Acquire, Gpu)
+                    } else {
+                        atomic::load(sem, Relaxed, Gpu)
+                    }
+                };
             }
         }
         let mut mine = u32::MAX;

@@ -88,10 +88,11 @@ pub enum BeginRule {
     /// first CTA or its last, as that launch's `LaunchOptions::release_next` says.
     #[default]
     WaitKernel,
-    /// Every launch is made with a start event (`cuLaunchKernelEx` with
+    /// Every eager launch is made with a start event (`cuLaunchKernelEx` with
     /// `CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT`: complete once all its CTAs have
     /// begun), and the next launch's stream waits for it: no wait kernel, and the
-    /// release point is always the previous launch's last CTA.
+    /// release point is always the previous launch's last CTA. Launches inside a graph
+    /// capture use the wait kernel.
     StartEvent,
 }
 
@@ -460,7 +461,9 @@ impl LaunchTarget for AsyncStream {
 
         // Hold the launch until the previous one started (different stream only).
         let holds = self.overlap && self.begin_wait && (n > 1 || self.partition.is_some());
-        let event_rule = holds && self.begin_rule == BeginRule::StartEvent;
+        // Inside a capture the wait kernel holds launches under either rule: capturing
+        // launch-completion events crashed the driver on the H200 (CUDA 13.0).
+        let event_rule = holds && self.begin_rule == BeginRule::StartEvent && !capturing;
         let hold = match inner.prev.as_mut() {
             Some(prev) if holds && prev.stream != s => match prev.started.clone() {
                 Some(started) => Some(Hold::Event(started)),
