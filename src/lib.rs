@@ -38,6 +38,7 @@ macro_rules! kernel_crate {
 /// Paths used by the code `#[megaops::kernel]` generates. Not a public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use megaops_device::griddep::wait_prerequisite_grids;
     pub use megaops_device::sync::{
         KernelCtx, ProducerTile, TileSync, kernel_begin_cta, remap_tile, signal_output, tile_coords, tile_region,
         trace_end, trace_now, trace_record, trace_waited, wait_input,

@@ -1,5 +1,5 @@
 //! The kernel chain of the `boundary` benchmark: every link adds one, on an overlapping
-//! AsyncStream (2 and 3 streams, either begin rule), its serial mode and under graph replay, with one data
+//! AsyncStream (2 and 3 streams, each begin rule), its serial mode and under graph replay, with one data
 //! tile per tensor and one per producer CTA, with spins before and after the waits and
 //! (GPU) at several poll spins; bad shapes are refused. The ping-pong kernel of the same
 //! suite hands its tile back and forth correctly in every hop variant. On the CPU backend
@@ -14,23 +14,21 @@ use std::time::Duration;
 /// Runs each shape on each target eagerly, then twice more under one graph, checking the
 /// result after each (outputs poisoned first).
 fn chains_add_one_per_link(dev: &Device, links: usize) -> Result<()> {
-    let events = |streams| {
-        AsyncStream::with_options(
-            dev,
-            AsyncOptions {
-                streams,
-                begin_rule: Some(BeginRule::StartEvent),
-                ..AsyncOptions::default()
-            },
-        )
-    };
-    let targets = [
-        ("2 streams", AsyncStream::new(dev, 2)?),
-        ("3 streams", AsyncStream::new(dev, 3)?),
-        ("2 streams, start events", events(2)?),
-        ("3 streams, start events", events(3)?),
-        ("serial", AsyncStream::serial(dev)?),
-    ];
+    let mut targets = Vec::new();
+    for rule in BeginRule::ALL {
+        for streams in [2, 3] {
+            let on = AsyncStream::with_options(
+                dev,
+                AsyncOptions {
+                    streams,
+                    begin_rule: Some(rule),
+                    ..AsyncOptions::default()
+                },
+            )?;
+            targets.push((format!("{streams} streams, {}", rule.name()), on));
+        }
+    }
+    targets.push(("serial".to_string(), AsyncStream::serial(dev)?));
     for (ctas, tiles) in [(1, 1), (3, 1), (3, 3), (4, 8)] {
         let shape = ChainShape { ctas, tiles, links };
         for (name, on) in &targets {
@@ -98,45 +96,49 @@ fn gpu_chains_add_one_per_link() -> Result<()> {
 }
 
 /// Many eager chains, then one graph uploaded and replayed many times, on AsyncStreams
-/// with start events (every start event must outlive its launch).
+/// with start events (every start event must outlive its launch) and with programmatic
+/// launches.
 #[test]
-fn gpu_start_event_chains_run_eagerly_and_replay_many_times() -> Result<()> {
-    let Some(dev) = gpu_or_skip("gpu_start_event_chains_run_eagerly_and_replay_many_times") else {
+fn gpu_chains_of_each_begin_rule_run_eagerly_and_replay_many_times() -> Result<()> {
+    let Some(dev) = gpu_or_skip("gpu_chains_of_each_begin_rule_run_eagerly_and_replay_many_times") else {
         return Ok(());
     };
-    for streams in [2, 3] {
-        let on = AsyncStream::with_options(
-            &dev,
-            AsyncOptions {
-                streams,
-                begin_rule: Some(BeginRule::StartEvent),
-                ..AsyncOptions::default()
-            },
-        )?;
-        let shape = ChainShape {
-            ctas: 132,
-            tiles: 132,
-            links: 64,
-        };
-        let mut chain = Chain::new(&dev, shape)?;
-        for round in 0..20 {
-            chain.run(&on, 0)?;
-            if round % 5 == 4 {
-                on.synchronize()?;
-                assert_eq!(chain.mismatches()?, 0, "{streams} streams, eager round {round}");
+    for rule in [BeginRule::StartEvent, BeginRule::Programmatic] {
+        for streams in [2, 3] {
+            let on = AsyncStream::with_options(
+                &dev,
+                AsyncOptions {
+                    streams,
+                    begin_rule: Some(rule),
+                    ..AsyncOptions::default()
+                },
+            )?;
+            let name = format!("{streams} streams, {}", rule.name());
+            let shape = ChainShape {
+                ctas: 132,
+                tiles: 132,
+                links: 64,
+            };
+            let mut chain = Chain::new(&dev, shape)?;
+            for round in 0..20 {
+                chain.run(&on, 0)?;
+                if round % 5 == 4 {
+                    on.synchronize()?;
+                    assert_eq!(chain.mismatches()?, 0, "{name}, eager round {round}");
+                }
             }
+            eprintln!("{name}: eager rounds done");
+            let graph = on.capture(|s| chain.run(s, 0))?;
+            graph.upload()?;
+            eprintln!("{name}: captured and uploaded");
+            for replay in 0..10 {
+                chain.poison()?;
+                graph.launch(&on)?;
+                on.synchronize()?;
+                assert_eq!(chain.mismatches()?, 0, "{name}, replay {replay}");
+            }
+            eprintln!("{name}: replays done");
         }
-        eprintln!("{streams} streams: eager rounds done");
-        let graph = on.capture(|s| chain.run(s, 0))?;
-        graph.upload()?;
-        eprintln!("{streams} streams: captured and uploaded");
-        for replay in 0..10 {
-            chain.poison()?;
-            graph.launch(&on)?;
-            on.synchronize()?;
-            assert_eq!(chain.mismatches()?, 0, "{streams} streams, replay {replay}");
-        }
-        eprintln!("{streams} streams: replays done");
     }
     Ok(())
 }

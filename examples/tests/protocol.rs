@@ -230,7 +230,7 @@ fn profiling_records_a_span_per_eager_launch() -> Result<()> {
 /// The scenario of paper §2.3: K0 keeps stream A busy; the producer P waits behind it on
 /// A; the consumer C on stream B is launched after P, has more CTAs than the GPU holds
 /// and waits for P's data. Without the begin-CTA rule C's CTAs take every SM and P never
-/// starts; with it (either [`BeginRule`]), C is held until P has started.
+/// starts; with it (each [`BeginRule`]), C is held until P has started.
 fn consumer_first(dev: &Device, begin_wait: bool, rule: BeginRule, rows: u32, busy_ns: u64) -> Result<Vec<f32>> {
     let s = AsyncStream::with_options(
         dev,
@@ -262,7 +262,7 @@ fn consumer_first_deadlocks_without_the_begin_rule_and_not_with_it() -> Result<(
         let msg = err.to_string();
         assert!(matches!(err, Error::Sync(_)), "{msg}");
         assert!(msg.contains("row_sums CTA") && msg.contains("waits on y["), "{msg}");
-        for rule in [BeginRule::WaitKernel, BeginRule::StartEvent] {
+        for rule in BeginRule::ALL {
             let dev = cpu_device(seed)?;
             let sums = consumer_first(&dev, true, rule, 1024, 200_000)?;
             check_sums(&format!("with the begin rule ({})", rule.name()), &sums, 1024, 4, 77);
@@ -675,7 +675,7 @@ fn gpu_consumer_first_deadlock_times_out_without_the_rule_and_runs_with_it() -> 
         msg.contains("row_sums CTA") && msg.contains("waited 1.0 s on y["),
         "{msg}"
     );
-    for rule in [BeginRule::WaitKernel, BeginRule::StartEvent] {
+    for rule in BeginRule::ALL {
         let sums = consumer_first(&dev, true, rule, rows, 50_000_000)?;
         check_sums(
             &format!("gpu with the begin rule ({})", rule.name()),

@@ -4,9 +4,9 @@
 //! ns), captured four times into one graph; the figure is the replay time per kernel.
 //!
 //! Columns, all measured in one run on the same tensors:
-//! - **2 streams / 3 streams**: `AsyncStream::new(dev, n)`: every boundary is a semaphore
-//!   wait of each consumer CTA on the whole producer output, a begin-flag wait kernel and
-//!   a launch;
+//! - **2 streams / 3 streams**: `AsyncStream::new(dev, n)` (the device's begin rule):
+//!   every boundary is a semaphore wait of each consumer CTA on the whole producer output,
+//!   a begin-flag wait kernel and a launch;
 //! - **serial**: `AsyncStream::serial`, ordinary stream boundaries in a graph;
 //! - **eager**: the serial chain launched without a graph.
 //!
@@ -16,11 +16,11 @@
 //! spin); a spin before the wait is work the overlap can run early, so its row shows
 //! how early the next kernel starts (the begin-flag wait kernel and the launch).
 //!
-//! Three more tables: the chain at several [`Device::set_poll_spin`] settings;
-//! [`pingpong`]: two CTAs of one kernel handing a tile back and forth with hand-written
-//! waits and signals of each [`hop`] variant, the floor of one dependent hop; and the
-//! chain under either [`BeginRule`] (the wait kernel, or a stream wait for the previous
-//! launch's start event).
+//! Three more tables: first the chain under the wait kernel and programmatic launches
+//! ([`BeginRule`]) on 2 to 4 streams; then, after the chain table, [`pingpong`]: two CTAs
+//! of one kernel handing a tile back and forth with hand-written waits and signals of
+//! each [`hop`] variant, the floor of one dependent hop; and the chain at several
+//! [`Device::set_poll_spin`] settings.
 
 use crate::harness::{Stats, Table, f3, time_events, time_graph};
 use megaops::{AsyncOptions, AsyncStream, BeginRule, Device, Result, Tensor};
@@ -50,10 +50,10 @@ const POLL_SPINS_NS: [u64; 4] = [0, 1000, 5000, 1_000_000];
 fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
     let dev = Device::cuda(0)?;
     let replays = if quick { 10 } else { 40 };
-    chain_table(&dev, replays)?.emit(out);
-    poll_spin_table(&dev, replays)?.emit(out);
-    pingpong_table(&dev, if quick { 5 } else { 15 })?.emit(out);
     begin_rule_table(&dev, replays)?.emit(out);
+    chain_table(&dev, replays)?.emit(out);
+    pingpong_table(&dev, if quick { 5 } else { 15 })?.emit(out);
+    poll_spin_table(&dev, replays)?.emit(out);
     Ok(())
 }
 
@@ -69,11 +69,11 @@ fn overlapping(dev: &Device, streams: usize, rule: BeginRule) -> Result<AsyncStr
     )
 }
 
-/// 2 and 3 streams with the wait kernel, then the serial mode.
+/// 2 and 3 streams with the device's begin rule, then the serial mode.
 fn targets(dev: &Device) -> Result<[AsyncStream; 3]> {
     Ok([
-        overlapping(dev, 2, BeginRule::WaitKernel)?,
-        overlapping(dev, 3, BeginRule::WaitKernel)?,
+        AsyncStream::new(dev, 2)?,
+        AsyncStream::new(dev, 3)?,
         AsyncStream::serial(dev)?,
     ])
 }
@@ -224,10 +224,11 @@ fn poll_spin_table(dev: &Device, replays: usize) -> Result<Table> {
     Ok(table)
 }
 
-/// The chain on 2 and 3 streams under each [`BeginRule`].
+/// The chain on 2, 3 and 4 streams under the wait kernel and programmatic launches
+/// (under graphs, [`BeginRule::StartEvent`] is the wait kernel), and eagerly on 2 streams.
 fn begin_rule_table(dev: &Device, replays: usize) -> Result<Table> {
     let mut table = Table::new(
-        "Kernel boundary by begin rule: the chain of 64 kernels, µs per kernel (graph replays)",
+        "Kernel boundary by begin rule: the chain of 64 kernels, µs per kernel (graph replays; eager last)",
         &[
             "CTAs",
             "data tiles",
@@ -235,17 +236,22 @@ fn begin_rule_table(dev: &Device, replays: usize) -> Result<Table> {
             "spin ns",
             "check",
             "2 streams, wait kernel",
-            "2 streams, start event",
+            "2 streams, programmatic",
             "3 streams, wait kernel",
-            "3 streams, start event",
+            "3 streams, programmatic",
+            "4 streams, programmatic",
             "serial",
+            "wait kernel / programmatic, 2 streams",
+            "eager 2 streams, wait kernel",
+            "eager 2 streams, programmatic",
         ],
     );
     let targets = [
         overlapping(dev, 2, BeginRule::WaitKernel)?,
-        overlapping(dev, 2, BeginRule::StartEvent)?,
+        overlapping(dev, 2, BeginRule::Programmatic)?,
         overlapping(dev, 3, BeginRule::WaitKernel)?,
-        overlapping(dev, 3, BeginRule::StartEvent)?,
+        overlapping(dev, 3, BeginRule::Programmatic)?,
+        overlapping(dev, 4, BeginRule::Programmatic)?,
         AsyncStream::serial(dev)?,
     ];
     for (ctas, tiles) in [(1, 1), (16, 16), (132, 1), (132, 132)] {
@@ -257,6 +263,13 @@ fn begin_rule_table(dev: &Device, replays: usize) -> Result<Table> {
             };
             eprintln!("boundary suite: begin rules, {shape}, spins {spins:?}");
             let (bad, graph, _) = time_chain(dev, &targets, shape, spins, replays)?;
+            let mut chain = Chain::new(dev, shape)?;
+            let (pre, spin) = spins;
+            let mut eager = Vec::new();
+            for on in &targets[..2] {
+                let t = time_events(&on.streams()[0], 3, replays, |_| chain.run_spinning(on, pre, spin))?;
+                eager.push(t.median_us / LINKS as f64);
+            }
             let mut row = vec![
                 ctas.to_string(),
                 tiles.to_string(),
@@ -265,6 +278,8 @@ fn begin_rule_table(dev: &Device, replays: usize) -> Result<Table> {
                 check(bad),
             ];
             row.extend(graph.iter().map(|&t| f3(t)));
+            row.push(format!("{:.3}×", graph[0] / graph[1]));
+            row.extend(eager.iter().map(|&t| f3(t)));
             table.row(row);
         }
     }

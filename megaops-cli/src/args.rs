@@ -290,8 +290,8 @@ pub struct SyncArgs {
     /// off (`Device::set_poll_spin`, ns; default: the library's).
     #[arg(long)]
     pub poll_spin_ns: Option<u64>,
-    /// How overlapping launches wait until the previous one has begun: `wait-kernel` or
-    /// `start-event` (`Device::set_begin_rule`; default: the library's).
+    /// How overlapping launches wait until the previous one has begun: `wait-kernel`,
+    /// `start-event` or `programmatic` (`Device::set_begin_rule`; default: the library's).
     #[arg(long)]
     pub begin_rule: Option<String>,
 }

@@ -288,7 +288,7 @@ fn bench_can_switch_the_fusions() {
         "--norm-fusion",
         "--no-rope-fusion",
         "--begin-rule",
-        "start-event",
+        "wait-kernel",
         "--poll-spin-ns",
         "2000",
         "--json",
@@ -304,7 +304,7 @@ fn bench_can_switch_the_fusions() {
     let row: serde_json::Value = serde_json::from_str(text.lines().next().expect("a row")).expect("JSON");
     assert_eq!(row["norm_fusion"], true, "{row}");
     assert_eq!(row["rope_fusion"], false, "{row}");
-    assert_eq!(row["begin_rule"], "start-event", "{row}");
+    assert_eq!(row["begin_rule"], "wait-kernel", "{row}");
     assert_eq!(row["poll_spin_ns"], 2000, "{row}");
     assert!(row["step_ms"].as_f64().is_some_and(|t| t > 0.0), "{row}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("(norm fusion on, rope fusion off)"));

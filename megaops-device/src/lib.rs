@@ -18,6 +18,7 @@
 //! - [`wgmma`]: Hopper warpgroup MMA from shared-memory descriptors (sm_90a);
 //! - [`math`]: `fma.rn.f32` and the special-function unit (`ex2`, `rcp`, `rsqrt` approx);
 //! - [`convert`]: bf16/f16 ↔ f32 conversions on `half`'s types;
+//! - [`griddep`]: programmatic dependent launch (`griddepcontrol`, sm_90);
 //! - [`sync`]: the MegaOps tile-synchronisation runtime the `#[megaops::kernel]` macro calls.
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(
@@ -31,6 +32,7 @@
 pub mod atomic;
 pub mod convert;
 pub mod fence;
+pub mod griddep;
 pub mod math;
 pub mod mbarrier;
 pub mod memory;

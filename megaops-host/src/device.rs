@@ -11,7 +11,7 @@ use crate::mutex::lock;
 use crate::notes::LaunchNotes;
 use megaops_device::cpu::{CpuError, SemaphoreWait, VgpuConfig};
 use megaops_device::sync::ErrorLog;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -31,8 +31,8 @@ struct DeviceInner {
     next_tensor: AtomicU32,
     timeout_ns: AtomicU64,
     poll_spin_ns: AtomicU32,
-    /// New AsyncStreams use [`BeginRule::StartEvent`] (else the wait kernel).
-    start_events: AtomicBool,
+    /// The [`BeginRule`] of new AsyncStreams ([`BeginRule::index`]).
+    begin_rule: AtomicU8,
     pub(crate) notes: Mutex<LaunchNotes>,
     /// Registered ticket counters: (allocation, byte offset, bytes).
     tickets: Mutex<Vec<(Weak<Buffer>, usize, usize)>>,
@@ -76,7 +76,7 @@ impl Device {
                 next_tensor: AtomicU32::new(1),
                 timeout_ns: AtomicU64::new(DEFAULT_WAIT_TIMEOUT.as_nanos() as u64),
                 poll_spin_ns: AtomicU32::new(DEFAULT_POLL_SPIN.as_nanos() as u32),
-                start_events: AtomicBool::new(BeginRule::default() == BeginRule::StartEvent),
+                begin_rule: AtomicU8::new(BeginRule::default().index()),
                 notes: Mutex::new(LaunchNotes::default()),
                 tickets: Mutex::new(Vec::new()),
                 trace: Mutex::new(None),
@@ -194,18 +194,12 @@ impl Device {
 
     /// The [`BeginRule`] of AsyncStreams made from now on whose options name none.
     pub fn begin_rule(&self) -> BeginRule {
-        if self.inner.start_events.load(Ordering::Relaxed) {
-            BeginRule::StartEvent
-        } else {
-            BeginRule::WaitKernel
-        }
+        BeginRule::from_index(self.inner.begin_rule.load(Ordering::Relaxed))
     }
 
     /// Sets [`Device::begin_rule`].
     pub fn set_begin_rule(&self, rule: BeginRule) {
-        self.inner
-            .start_events
-            .store(rule == BeginRule::StartEvent, Ordering::Relaxed);
+        self.inner.begin_rule.store(rule.index(), Ordering::Relaxed);
     }
 
     pub(crate) fn next_launch_id(&self) -> u32 {

@@ -16,7 +16,8 @@ pub(crate) static RUNTIME_PTX: PtxModule = PtxModule {
     ptx: megaops_runtime_kernels::ptx::MODULES,
 };
 
-/// Launches runtime kernel `entry` on `stream`, keeping `keep` alive until it is done.
+/// Launches runtime kernel `entry` on `stream` (programmatically when `programmatic`, see
+/// [`RawLaunch::programmatic`]), keeping `keep` alive until it is done.
 ///
 /// # Safety
 /// `params` match `entry`'s signature, `cpu` does what the entry does, and every address
@@ -29,6 +30,7 @@ unsafe fn launch(
     params: &[ParamBytes],
     cpu: Arc<dyn Fn() + Send + Sync>,
     keep: Vec<Arc<Buffer>>,
+    programmatic: bool,
 ) -> Result<Arc<Event>> {
     let l = RawLaunch {
         kernel: entry,
@@ -39,6 +41,7 @@ unsafe fn launch(
         dynamic_smem: 0,
         params,
         cpu,
+        programmatic,
     };
     // SAFETY: the caller's contract.
     unsafe { stream.launch_raw(&l, keep) }
@@ -64,8 +67,16 @@ pub(crate) fn wait_ctx(launch_id: u32, timeout_ns: u64, poll_spin_ns: u32, error
 }
 
 /// Enqueues AsyncStream's wait kernel on `stream`: it holds later work there until the
-/// begin flag at `flag` reaches `token` (the previous launch started a CTA).
-pub(crate) fn wait_begin(stream: &Stream, flag: &Arc<Buffer>, token: i32, ctx: KernelCtx) -> Result<Arc<Event>> {
+/// begin flag at `flag` reaches `token` (the previous launch started a CTA) and the work
+/// before it on the stream has ended. `programmatic`: launched programmatically (it may
+/// start while that work runs, and waits for it itself).
+pub(crate) fn wait_begin(
+    stream: &Stream,
+    flag: &Arc<Buffer>,
+    token: i32,
+    ctx: KernelCtx,
+    programmatic: bool,
+) -> Result<Arc<Event>> {
     let addr = flag.addr();
     let params = [param_bytes(&addr), param_bytes(&token), param_bytes(&ctx)];
     let cpu: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
@@ -75,7 +86,18 @@ pub(crate) fn wait_begin(stream: &Stream, flag: &Arc<Buffer>, token: i32, ctx: K
     // SAFETY: `megaops_wait_begin(flag: *const i32, token: i32, ctx: KernelCtx)`; the
     // flag's buffer is kept; the context's pointers (error log, no trace) are the
     // device's own.
-    unsafe { launch(stream, "megaops_wait_begin", 1, 32, &params, cpu, vec![flag.clone()]) }
+    unsafe {
+        launch(
+            stream,
+            "megaops_wait_begin",
+            1,
+            32,
+            &params,
+            cpu,
+            vec![flag.clone()],
+            programmatic,
+        )
+    }
 }
 
 /// Enqueues [`megaops_runtime_kernels::wait_word`] on `stream`: later work there waits
@@ -104,7 +126,18 @@ pub(crate) fn wait_word(
     // SAFETY: `megaops_wait_word(word: *const i32, target: i32, tensor_id: u32,
     // sem_index: u32, ctx: KernelCtx)`; the word lies in `words`, which the launch keeps;
     // the context's pointers are the device's own.
-    unsafe { launch(stream, "megaops_wait_word", 1, 32, &params, cpu, vec![words.clone()]) }
+    unsafe {
+        launch(
+            stream,
+            "megaops_wait_word",
+            1,
+            32,
+            &params,
+            cpu,
+            vec![words.clone()],
+            false,
+        )
+    }
 }
 
 /// The address of 32-bit word `index` of `words`, checked to lie inside it.
@@ -147,6 +180,7 @@ pub(crate) unsafe fn fill_spans(stream: &Stream, spans: &[FillSpan], keep: &[Arc
                 &params,
                 cpu,
                 keep.to_vec(),
+                false,
             )?
         };
     }
@@ -183,6 +217,7 @@ pub(crate) fn fill_words(stream: &Stream, buffer: &Arc<Buffer>, first: u64, n: u
             &params,
             cpu,
             vec![buffer.clone()],
+            false,
         )
     }
 }

@@ -30,6 +30,8 @@ paths! {
     producer_tile => "ProducerTile";
     /// `kernel_begin_cta(&ctx)`.
     kernel_begin_cta => "kernel_begin_cta";
+    /// `wait_prerequisite_grids()`.
+    wait_prerequisite_grids => "wait_prerequisite_grids";
     /// `remap_tile(&ctx, t) -> u32`.
     remap_tile => "remap_tile";
     /// `tile_coords(&ctx, tile) -> [u32; 4]`.

@@ -13,11 +13,21 @@ use megaops_device::thread::{block_dim_x, block_idx_x, grid_dim_x, thread_idx_x}
 /// (serial-number comparison), so that earlier kernels get SMs first. Times out like a
 /// tile wait, naming the launch that never started.
 ///
+/// Then the same thread waits for the work before it on its stream
+/// (`griddepcontrol.wait`: at once unless it was launched programmatically) and lets the
+/// held launch start (`griddepcontrol.launch_dependents`), so a held launch made
+/// programmatically starts only once both have happened.
+///
 /// # Safety
 /// `flag` is a valid device `i32`; `ctx` is a valid launch context.
 pub unsafe fn wait_begin(flag: *const i32, token: i32, ctx: KernelCtx) {
+    if thread_idx_x() != 0 {
+        return;
+    }
     // SAFETY: forwarded.
-    unsafe { wait_word(flag, token, 0, 0, ctx) }
+    unsafe { wait_word(flag, token, 0, 0, ctx) };
+    megaops_device::griddep::wait_prerequisite_grids();
+    megaops_device::griddep::launch_dependents();
 }
 
 /// One thread holds later work on its stream until the word at `word` reaches `target`

@@ -38,16 +38,23 @@ use crate::fence::fence;
 use crate::thread::{block_idx_x, linear_thread_idx, sync_threads_or};
 
 /// Records that this CTA has started, for the AsyncStream wait kernel that holds the next
-/// launch back until then (deadlock freedom, paper §2.3). Thread 0 of a CTA with
-/// `blockIdx.x >= ctx.begin_cta` raises the launch's begin flag to `begin_token`
-/// (`ld.relaxed.gpu` then, if lower, `red.relaxed.gpu.max`); other CTAs do nothing.
+/// launch back until then (deadlock freedom, paper §2.3). Thread 0 of every CTA lets a
+/// programmatically dependent launch start (`griddepcontrol.launch_dependents`, see
+/// [`crate::griddep`]: the wait kernel after this launch on its stream starts once every
+/// CTA has begun). Thread 0 of a CTA with `blockIdx.x >= ctx.begin_cta` then raises the
+/// launch's begin flag to `begin_token` (`ld.relaxed.gpu` then, if lower,
+/// `red.relaxed.gpu.max`); other CTAs do nothing more.
 ///
 /// # Safety
 /// `ctx.begin_flag` is null or a valid device `i32`; some CTA of the grid has
 /// `blockIdx.x >= ctx.begin_cta` (or nobody waits for the flag).
 #[inline(always)]
 pub unsafe fn kernel_begin_cta(ctx: &KernelCtx) {
-    if ctx.begin_flag.is_null() || linear_thread_idx() != 0 || block_idx_x() < ctx.begin_cta {
+    if linear_thread_idx() != 0 {
+        return;
+    }
+    crate::griddep::launch_dependents();
+    if ctx.begin_flag.is_null() || block_idx_x() < ctx.begin_cta {
         return;
     }
     // SAFETY: non-null begin_flag is a valid device i32 (caller's contract).

@@ -11,7 +11,8 @@
 //! - **Deadlock freedom**: each launch is held until the previous one (on another stream)
 //!   has begun, so earlier kernels always get SMs first. [`BeginRule`] says how: a wait
 //!   kernel on the same stream that spins until the previous launch's `kernel_begin_cta`
-//!   raised the begin flag, or a stream wait for the previous launch's start event
+//!   raised the begin flag (launched programmatically under
+//!   [`BeginRule::Programmatic`]), or a stream wait for the previous launch's start event
 //!   (every CTA begun).
 //! - **Memory**: buffers a kernel uses stay alive until the event recorded after that
 //!   kernel completes (or as long as a captured graph), so nothing is reused while a kernel
@@ -86,7 +87,6 @@ pub enum BeginRule {
     /// A one-CTA wait kernel (`megaops_wait_begin`) before the launch, on its stream,
     /// spins until the previous launch's `kernel_begin_cta` raised the begin flag: its
     /// first CTA or its last, as that launch's `LaunchOptions::release_next` says.
-    #[default]
     WaitKernel,
     /// Every eager launch is made with a start event (`cuLaunchKernelEx` with
     /// `CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT`: complete once all its CTAs have
@@ -94,26 +94,51 @@ pub enum BeginRule {
     /// release point is always the previous launch's last CTA. Launches inside a graph
     /// capture use the wait kernel.
     StartEvent,
+    /// The wait kernel, with programmatic dependent launch (sm_90 and later) on each
+    /// stream: the wait kernel is launched programmatically after the kernel before it
+    /// there (which lets it start once all its CTAs have begun, in `kernel_begin_cta`),
+    /// so it is resident while that kernel runs; it waits for the begin flag, then for
+    /// the work before it on its stream to end (`griddepcontrol.wait`), then lets the
+    /// held launch start, which is launched programmatically after it and waits for it in
+    /// turn. Stream order still holds (a kernel starts its body only after everything
+    /// before it on its stream ended); what goes is the launch latency after each end.
+    /// Where programmatic launch is not available (the CPU backend, an older GPU or PTX
+    /// below sm_90), and for a subkernel's proxy, under profiling and after a subkernel,
+    /// the launches are ordinary: the same as [`BeginRule::WaitKernel`]. The default.
+    #[default]
+    Programmatic,
 }
 
 impl BeginRule {
-    /// `wait-kernel` or `start-event`.
+    /// Every rule, in [`BeginRule::index`] order.
+    pub const ALL: [BeginRule; 3] = [BeginRule::WaitKernel, BeginRule::StartEvent, BeginRule::Programmatic];
+
+    /// `wait-kernel`, `start-event` or `programmatic`.
     pub fn name(self) -> &'static str {
         match self {
             BeginRule::WaitKernel => "wait-kernel",
             BeginRule::StartEvent => "start-event",
+            BeginRule::Programmatic => "programmatic",
         }
     }
 
     /// The rule named `s` (see [`BeginRule::name`]).
     pub fn parse(s: &str) -> Result<BeginRule> {
-        match s {
-            "wait-kernel" => Ok(BeginRule::WaitKernel),
-            "start-event" => Ok(BeginRule::StartEvent),
-            _ => Err(Error::Invalid(format!(
-                "unknown begin rule `{s}`: expected `wait-kernel` or `start-event`"
-            ))),
-        }
+        BeginRule::ALL.into_iter().find(|r| r.name() == s).ok_or_else(|| {
+            Error::Invalid(format!(
+                "unknown begin rule `{s}`: expected `wait-kernel`, `start-event` or `programmatic`"
+            ))
+        })
+    }
+
+    /// Its position in [`BeginRule::ALL`].
+    pub fn index(self) -> u8 {
+        self as u8
+    }
+
+    /// The rule at `i` of [`BeginRule::ALL`] (the default past the end).
+    pub fn from_index(i: u8) -> BeginRule {
+        BeginRule::ALL.get(i as usize).copied().unwrap_or_default()
     }
 }
 
@@ -143,6 +168,9 @@ struct Inner {
     profile: Option<Vec<LaunchSpan>>,
     /// Every launch records its tiles in the device's trace log.
     tracing: bool,
+    /// Lanes whose last launch was a subkernel's proxy (its side streams joined back in):
+    /// the next wait kernel there is launched ordinarily under [`BeginRule::Programmatic`].
+    after_side: Vec<usize>,
 }
 
 /// What the next launch may have to wait for.
@@ -494,6 +522,15 @@ impl LaunchTarget for AsyncStream {
             },
             _ => None,
         };
+        // Under the programmatic rule a held launch and its wait kernel are launched
+        // programmatically (both wait for the work before them on the stream themselves).
+        let programmatic =
+            holds && self.begin_rule == BeginRule::Programmatic && matches!(hold, Some(Hold::Kernel(..)));
+        let profiling = inner.profile.is_some();
+        let wait_programmatic = programmatic && !inner.after_side.contains(&s);
+        // (Profiling puts an event node between the wait kernel and the launch; a proxy's
+        // chunks fork off before its wait kernel.)
+        launch.programmatic = programmatic && !profiling && launch.side.is_none();
         if holds && !event_rule {
             inner.token = inner.token.wrapping_add(1);
             launch.ctx.begin_flag = self.flag.addr() as *mut i32;
@@ -522,9 +559,8 @@ impl LaunchTarget for AsyncStream {
         }
         let fork = launch.side.is_some().then(|| stream.record_marker()).transpose()?;
         if let Some(Hold::Kernel(token, ctx)) = &hold {
-            runtime::wait_begin(stream, self.flag.buffer(), *token, *ctx)?;
+            runtime::wait_begin(stream, self.flag.buffer(), *token, *ctx, wait_programmatic)?;
         }
-        let profiling = inner.profile.is_some();
         let start = profiling.then(|| stream.record_timing_node()).transpose()?;
         // (After the profiler's start node: the start event's wait must lead straight to
         // the kernel it holds, also in a captured graph.)
@@ -546,7 +582,9 @@ impl LaunchTarget for AsyncStream {
         } else {
             (launch.launch_on(stream)?, None)
         };
+        inner.after_side.retain(|&l| l != s);
         if let (Some(side), Some(fork)) = (&launch.side, &fork) {
+            inner.after_side.push(s);
             self.side_used.store(true, std::sync::atomic::Ordering::Release);
             for x in &self.side {
                 x.wait_event(fork)?;
@@ -586,5 +624,37 @@ impl LaunchTarget for AsyncStream {
         });
         inner.launches += 1;
         Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn begin_rules_round_trip_through_their_names_and_indices() {
+        for rule in BeginRule::ALL {
+            assert_eq!(BeginRule::parse(rule.name()).ok(), Some(rule));
+            assert_eq!(BeginRule::from_index(rule.index()), rule);
+        }
+        assert_eq!(BeginRule::default(), BeginRule::Programmatic);
+        assert_eq!(BeginRule::from_index(200), BeginRule::default());
+        let err = BeginRule::parse("soon").map(|_| ()).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown begin rule `soon`") && err.contains("`programmatic`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_device_hands_its_begin_rule_to_new_async_streams() -> Result<()> {
+        let dev = crate::testing::cpu_device(0)?;
+        assert_eq!(dev.begin_rule(), BeginRule::Programmatic);
+        for rule in BeginRule::ALL {
+            dev.set_begin_rule(rule);
+            assert_eq!(dev.begin_rule(), rule);
+            assert_eq!(AsyncStream::new(&dev, 2)?.begin_rule(), rule);
+        }
+        Ok(())
     }
 }

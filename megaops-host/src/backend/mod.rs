@@ -77,6 +77,11 @@ pub(crate) struct RawLaunch<'a> {
     pub params: &'a [ParamBytes],
     /// What every CPU-backend thread runs.
     pub cpu: Arc<dyn Fn() + Send + Sync>,
+    /// Launch with programmatic stream serialization where the device and the entry's
+    /// PTX allow it (sm_90 and later): the kernel may start before the work before it on
+    /// the stream ended, and waits for that work itself (`griddepcontrol.wait`). Else,
+    /// and on the CPU backend, an ordinary launch.
+    pub programmatic: bool,
 }
 
 /// One device's backend: memory, module loading, streams.

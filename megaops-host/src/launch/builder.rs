@@ -531,6 +531,7 @@ impl<'a> KernelLaunch<'a> {
             uses: self.uses,
             unreplayed: self.unreplayed,
             side: self.side,
+            programmatic: false,
         };
         if num_tiles == 0 {
             // Nothing to compute (an empty dimension): no launch; the (empty) outputs

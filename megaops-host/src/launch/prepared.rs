@@ -69,6 +69,9 @@ pub struct PreparedLaunch {
     /// Work on the target's side streams that belongs to this launch (the chunks of a
     /// subkernel, whose proxy this launch is).
     pub(crate) side: Option<Arc<dyn crate::subkernel::SideWork>>,
+    /// Launch programmatically ([`BeginRule::Programmatic`](crate::BeginRule)); set by
+    /// the target.
+    pub(crate) programmatic: bool,
 }
 
 impl PreparedLaunch {
@@ -125,6 +128,7 @@ impl PreparedLaunch {
             dynamic_smem: self.dynamic_smem,
             params: &params,
             cpu: self.cpu_entry(),
+            programmatic: self.programmatic,
         };
         // SAFETY: the parameters were packed by the launcher the kernel macro generated
         // from the kernel's own signature (same order, sizes and layouts on host and

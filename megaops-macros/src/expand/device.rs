@@ -8,6 +8,7 @@
 //! ```text
 //! const BM: u32 = 64; ...                        // the config's constants
 //! kernel_begin_cta(&ctx);
+//! wait_prerequisite_grids();                     // griddepcontrol.wait: a programmatic launch
 //! let tile = remap_tile(&ctx, block_idx_x());    // persistent: a loop over t += grid_dim_x()
 //! if tile >= ctx.num_tiles { return; }
 //! let [pid_m, pid_n, ..] = tile_coords(&ctx, tile);
@@ -125,6 +126,7 @@ fn launch_bounds(plan: &Plan, entry: &syn::Ident, consts: TokenStream) -> TokenS
 pub fn body(plan: &Plan, consts: TokenStream, host: bool, traced: Option<TokenStream>) -> TokenStream {
     let (ctx, tile, t) = (local("__megaops_ctx"), local("__megaops_tile"), local("__megaops_t"));
     let (begin, remap) = (paths::kernel_begin_cta(), paths::remap_tile());
+    let prerequisites = paths::wait_prerequisite_grids();
     let (block_idx_x, grid_dim_x) = (paths::block_idx_x(), paths::grid_dim_x());
     let per_tile = tile_body(plan, host, traced.is_some());
     let schedule = if plan.k.persistent {
@@ -162,6 +164,9 @@ pub fn body(plan: &Plan, consts: TokenStream, host: bool, traced: Option<TokenSt
         #(let _ = &#annotation_only;)*
         // SAFETY: the launcher passes a null or valid begin flag.
         unsafe { #begin(&#ctx) };
+        // A launch the AsyncStream made programmatically may start before the work before
+        // it on its stream ended: every thread waits for that work first.
+        #prerequisites();
         #schedule
     }
 }

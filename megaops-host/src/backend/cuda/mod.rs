@@ -109,6 +109,20 @@ impl CudaDevice {
         })
     }
 
+    /// Whether launches of `module`'s entries may be made programmatically (programmatic
+    /// stream serialization): the device is of compute capability 9.0 or later and the
+    /// PTX loaded for it is of sm_90 or later, so every macro kernel begins with
+    /// `griddepcontrol.wait` (see `megaops_device::griddep`).
+    pub fn programmatic_launches(&self, module: &'static PtxModule) -> Result<bool> {
+        let arch = self.module(module)?.arch;
+        let n: u32 = arch
+            .trim_start_matches("sm_")
+            .trim_end_matches('a')
+            .parse()
+            .unwrap_or(0);
+        Ok(self.cc.0 >= 9 && n >= 90)
+    }
+
     /// Binds the context to the calling thread.
     fn bind(&self) -> Result<()> {
         self.ctx

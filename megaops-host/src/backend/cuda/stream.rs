@@ -25,6 +25,43 @@ impl CudaStreamBackend {
     }
 }
 
+impl CudaStreamBackend {
+    /// `cuLaunchKernelEx` of `l` on this stream with the launch attributes `attrs`.
+    ///
+    /// # Safety
+    /// As [`StreamBackend::launch`]; every handle an attribute names stays live until the
+    /// launch is done with it.
+    unsafe fn launch_ex(
+        &self,
+        l: &RawLaunch<'_>,
+        attrs: &mut [sys::CUlaunchAttribute],
+        what: impl FnOnce() -> String,
+    ) -> Result<()> {
+        let f = self.device.function(l.module, l.entry, l.dynamic_smem)?;
+        let mut ptrs: Vec<*mut std::ffi::c_void> =
+            l.params.iter().map(|p| p.as_ptr() as *mut std::ffi::c_void).collect();
+        self.device.bind()?;
+        let config = sys::CUlaunchConfig {
+            gridDimX: l.grid[0],
+            gridDimY: l.grid[1],
+            gridDimZ: l.grid[2],
+            blockDimX: l.block[0],
+            blockDimY: l.block[1],
+            blockDimZ: l.block[2],
+            sharedMemBytes: l.dynamic_smem,
+            hStream: self.stream.cu_stream(),
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: attrs.len() as u32,
+        };
+        // SAFETY: the caller's contract (parameters match the entry, pointers stay valid
+        // until the kernel is done, geometry validated); `config`, `attrs` and `ptrs`
+        // outlive the call.
+        unsafe { sys::cuLaunchKernelEx(&config, f.0, ptrs.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()
+            .ctx(what)
+    }
+}
+
 impl Drop for CudaStreamBackend {
     fn drop(&mut self) {
         if let Some(green) = self.green.take() {
@@ -95,6 +132,25 @@ impl StreamBackend for CudaStreamBackend {
     }
 
     unsafe fn launch(&self, l: &RawLaunch<'_>) -> BackendResult<()> {
+        let programmatic = l.programmatic && self.device.programmatic_launches(l.module)?;
+        if programmatic {
+            // SAFETY: an all-zero attribute is a valid `CU_LAUNCH_ATTRIBUTE_IGNORE` (plain
+            // integers and handles); its id and value are set right after.
+            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            // SAFETY: the caller's contract; the entry's module is of sm_90 or later, so
+            // the kernel waits for its prerequisites itself (`griddepcontrol.wait`).
+            unsafe {
+                self.launch_ex(l, &mut [attr], || {
+                    format!(
+                        "launching `{}` programmatically with grid {:?}, block {:?}, {} B shared",
+                        l.kernel, l.grid, l.block, l.dynamic_smem
+                    )
+                })
+            }?;
+            return Ok(());
+        }
         let f = self.device.function(l.module, l.entry, l.dynamic_smem)?;
         let mut ptrs: Vec<*mut std::ffi::c_void> =
             l.params.iter().map(|p| p.as_ptr() as *mut std::ffi::c_void).collect();
@@ -121,10 +177,6 @@ impl StreamBackend for CudaStreamBackend {
     }
 
     unsafe fn launch_with_start_event(&self, l: &RawLaunch<'_>) -> BackendResult<Box<dyn EventBackend>> {
-        let f = self.device.function(l.module, l.entry, l.dynamic_smem)?;
-        let mut ptrs: Vec<*mut std::ffi::c_void> =
-            l.params.iter().map(|p| p.as_ptr() as *mut std::ffi::c_void).collect();
-        self.device.bind()?;
         let event = self
             .stream
             .context()
@@ -138,28 +190,16 @@ impl StreamBackend for CudaStreamBackend {
             event: event.cu_event(),
             flags: 0,
         };
-        let config = sys::CUlaunchConfig {
-            gridDimX: l.grid[0],
-            gridDimY: l.grid[1],
-            gridDimZ: l.grid[2],
-            blockDimX: l.block[0],
-            blockDimY: l.block[1],
-            blockDimZ: l.block[2],
-            sharedMemBytes: l.dynamic_smem,
-            hStream: self.stream.cu_stream(),
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
-        // SAFETY: as for `launch` (the caller's contract); `config`, `attr` and `ptrs`
-        // outlive the call, and the event is live (owned by `event`).
-        unsafe { sys::cuLaunchKernelEx(&config, f.0, ptrs.as_mut_ptr(), std::ptr::null_mut()) }
-            .result()
-            .ctx(|| {
+        // SAFETY: as for `launch` (the caller's contract); the event is live (owned by
+        // `event`).
+        unsafe {
+            self.launch_ex(l, &mut [attr], || {
                 format!(
                     "launching `{}` with a start event, grid {:?}, block {:?}, {} B shared",
                     l.kernel, l.grid, l.block, l.dynamic_smem
                 )
-            })?;
+            })
+        }?;
         Ok(Box::new(CudaEventBackend(event)))
     }
 
