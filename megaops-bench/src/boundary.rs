@@ -16,8 +16,9 @@
 //! spin); a spin before the wait is work the overlap can run early, so its row shows
 //! how early the next kernel starts (the begin-flag wait kernel and the launch).
 //!
-//! Three more tables: first the chain under the wait kernel and programmatic launches
-//! ([`BeginRule`]) on 2 to 4 streams; then, after the chain table, [`pingpong`]: two CTAs
+//! Four more tables: first the chain under the wait kernel and programmatic launches
+//! ([`BeginRule`]) on 2 to 4 streams, and the chain with and without the begin rule's
+//! hold on 2 to 8 streams; then, after the chain table, [`pingpong`]: two CTAs
 //! of one kernel handing a tile back and forth with hand-written waits and signals of
 //! each [`hop`] variant, the floor of one dependent hop; and the chain at several
 //! [`Device::set_poll_spin`] settings.
@@ -51,6 +52,7 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
     let dev = Device::cuda(0)?;
     let replays = if quick { 10 } else { 40 };
     begin_rule_table(&dev, replays)?.emit(out);
+    begin_chain_table(&dev, replays)?.emit(out);
     chain_table(&dev, replays)?.emit(out);
     pingpong_table(&dev, if quick { 5 } else { 15 })?.emit(out);
     poll_spin_table(&dev, replays)?.emit(out);
@@ -67,6 +69,69 @@ fn overlapping(dev: &Device, streams: usize, rule: BeginRule) -> Result<AsyncStr
             ..AsyncOptions::default()
         },
     )
+}
+
+/// An overlapping AsyncStream over `streams` streams that holds no launch until the
+/// previous one began (`AsyncOptions::begin_wait` off: safe here only because every
+/// chain below fits on the GPU many times over).
+fn unheld(dev: &Device, streams: usize) -> Result<AsyncStream> {
+    AsyncStream::with_options(
+        dev,
+        AsyncOptions {
+            streams,
+            begin_wait: false,
+            ..AsyncOptions::default()
+        },
+    )
+}
+
+/// The chain with and without the begin rule's hold, on 2 to 8 streams: whether the
+/// chain of "previous launch began → next launch" steps, one per kernel, sets the pace.
+fn begin_chain_table(dev: &Device, replays: usize) -> Result<Table> {
+    let mut table = Table::new(
+        "The begin chain: the chain of 64 kernels with and without the begin-rule hold, µs per kernel (graph replays)",
+        &[
+            "CTAs",
+            "data tiles",
+            "pre-spin ns",
+            "spin ns",
+            "check",
+            "2 streams",
+            "4 streams",
+            "8 streams",
+            "2 streams, no hold",
+            "4 streams, no hold",
+            "8 streams, no hold",
+        ],
+    );
+    let targets = [
+        AsyncStream::new(dev, 2)?,
+        AsyncStream::new(dev, 4)?,
+        AsyncStream::new(dev, 8)?,
+        unheld(dev, 2)?,
+        unheld(dev, 4)?,
+        unheld(dev, 8)?,
+    ];
+    for (ctas, tiles) in [(1, 1), (16, 16), (132, 1)] {
+        for spins in [(0, 0), (2000, 0)] {
+            let shape = ChainShape {
+                ctas,
+                tiles,
+                links: LINKS,
+            };
+            let (bad, graph, _) = time_chain(dev, &targets, shape, spins, replays)?;
+            let mut row = vec![
+                ctas.to_string(),
+                tiles.to_string(),
+                spins.0.to_string(),
+                spins.1.to_string(),
+                check(bad),
+            ];
+            row.extend(graph.iter().map(|&t| f3(t)));
+            table.row(row);
+        }
+    }
+    Ok(table)
 }
 
 /// 2 and 3 streams with the device's begin rule, then the serial mode.
