@@ -23,7 +23,7 @@
 //!   spins with `nanosleep` back-off, and gives up after
 //!   `ctx.timeout_ns` of `%globaltimer`: it records (launch, tile, tensor, semaphore
 //!   index, value, target) in the device error log, raises the log's abort flag (which
-//!   every waiter polls once it has waited 10 µs, so one failure does not cascade into a
+//!   every waiter reads once per 10 µs of waiting, so one failure does not cascade into a
 //!   chain of timeouts)
 //!   and returns `false`; the kernel then skips the rest of the tile and does not signal.
 //!   On the CPU backend the wait blocks in the virtual GPU until the semaphore is ready,
@@ -302,10 +302,12 @@ unsafe fn first_pending(
     None
 }
 
-/// Waiting after this long starts polling the error log's abort flag (a short wait never
-/// pays for that load).
+/// A wait reads the error log's abort flag once it has waited this long, and again each
+/// time this much more has passed: a short wait never pays for that load, and a long one
+/// pays for it once per period, not once per scan (the load is a round trip to L2 that
+/// would otherwise delay every scan after the first 10 µs).
 #[cfg_attr(not(target_arch = "nvptx64"), allow(dead_code))]
-const ABORT_POLL_AFTER_NS: u64 = 10_000;
+const ABORT_POLL_PERIOD_NS: u64 = 10_000;
 
 /// The waiting between two scans of [`wait_input`]: timeout, abort and back-off.
 struct Spin {
@@ -313,12 +315,19 @@ struct Spin {
     start: u64,
     #[cfg_attr(not(target_arch = "nvptx64"), allow(dead_code))]
     backoff: u32,
+    /// Time waited at which the abort flag is read next.
+    #[cfg_attr(not(target_arch = "nvptx64"), allow(dead_code))]
+    abort_check: u64,
 }
 
 impl Spin {
     #[inline(always)]
     fn new() -> Spin {
-        Spin { start: 0, backoff: 32 }
+        Spin {
+            start: 0,
+            backoff: 32,
+            abort_check: ABORT_POLL_PERIOD_NS,
+        }
     }
 
     /// Waits a little for `site`; `false` if the wait has failed (timeout: recorded in the
@@ -335,12 +344,12 @@ impl Spin {
             self.start = now;
         }
         let waited = now.wrapping_sub(self.start);
-        // SAFETY: errors is null or a valid log (caller's contract).
-        if waited > ABORT_POLL_AFTER_NS
-            && !ctx.errors.is_null()
-            && unsafe { atomic::load(&raw const (*ctx.errors).abort, Relaxed, Gpu) } != 0
-        {
-            return false;
+        if waited > self.abort_check && !ctx.errors.is_null() {
+            self.abort_check = waited + ABORT_POLL_PERIOD_NS;
+            // SAFETY: errors is a valid log (caller's contract).
+            if unsafe { atomic::load(&raw const (*ctx.errors).abort, Relaxed, Gpu) } != 0 {
+                return false;
+            }
         }
         if waited > ctx.timeout_ns {
             // SAFETY: site.sem is a valid semaphore; forwarded contract.
@@ -415,6 +424,7 @@ unsafe fn wait_slow(ctx: &KernelCtx, site: &WaitSite) -> bool {
     use crate::time::{global_timer, nanosleep};
     let start = global_timer();
     let mut backoff = 32u32;
+    let mut abort_check = ABORT_POLL_PERIOD_NS;
     loop {
         // SAFETY: valid semaphore (caller's contract).
         let v = unsafe { atomic::load(site.sem, Acquire, Gpu) };
@@ -422,12 +432,12 @@ unsafe fn wait_slow(ctx: &KernelCtx, site: &WaitSite) -> bool {
             return true;
         }
         let waited = global_timer().wrapping_sub(start);
-        // SAFETY: errors is null or a valid log (caller's contract).
-        if waited > ABORT_POLL_AFTER_NS
-            && !ctx.errors.is_null()
-            && unsafe { atomic::load(&raw const (*ctx.errors).abort, Relaxed, Gpu) } != 0
-        {
-            return false;
+        if waited > abort_check && !ctx.errors.is_null() {
+            abort_check = waited + ABORT_POLL_PERIOD_NS;
+            // SAFETY: errors is a valid log (caller's contract).
+            if unsafe { atomic::load(&raw const (*ctx.errors).abort, Relaxed, Gpu) } != 0 {
+                return false;
+            }
         }
         if waited > ctx.timeout_ns {
             // SAFETY: forwarded contract.
