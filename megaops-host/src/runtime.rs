@@ -16,8 +16,9 @@ pub(crate) static RUNTIME_PTX: PtxModule = PtxModule {
     ptx: megaops_runtime_kernels::ptx::MODULES,
 };
 
-/// Launches runtime kernel `entry` on `stream` (programmatically when `programmatic`, see
-/// [`RawLaunch::programmatic`]), keeping `keep` alive until it is done.
+/// Launches runtime kernel `entry` on `stream` with `(CTAs, threads per CTA)` `shape`
+/// (programmatically when `programmatic`, see [`RawLaunch::programmatic`]), keeping `keep`
+/// alive until it is done.
 ///
 /// # Safety
 /// `params` match `entry`'s signature, `cpu` does what the entry does, and every address
@@ -25,8 +26,7 @@ pub(crate) static RUNTIME_PTX: PtxModule = PtxModule {
 unsafe fn launch(
     stream: &Stream,
     entry: &'static str,
-    grid: u32,
-    block: u32,
+    (grid, block): (u32, u32),
     params: &[ParamBytes],
     cpu: Arc<dyn Fn() + Send + Sync>,
     keep: Vec<Arc<Buffer>>,
@@ -90,8 +90,7 @@ pub(crate) fn wait_begin(
         launch(
             stream,
             "megaops_wait_begin",
-            1,
-            32,
+            (1, 32),
             &params,
             cpu,
             vec![flag.clone()],
@@ -130,8 +129,7 @@ pub(crate) fn wait_word(
         launch(
             stream,
             "megaops_wait_word",
-            1,
-            32,
+            (1, 32),
             &params,
             cpu,
             vec![words.clone()],
@@ -175,8 +173,7 @@ pub(crate) unsafe fn fill_spans(stream: &Stream, spans: &[FillSpan], keep: &[Arc
             launch(
                 stream,
                 "megaops_fill_spans",
-                chunk.len() as u32,
-                128,
+                (chunk.len() as u32, 128),
                 &params,
                 cpu,
                 keep.to_vec(),
@@ -212,8 +209,7 @@ pub(crate) fn fill_words(stream: &Stream, buffer: &Arc<Buffer>, first: u64, n: u
         launch(
             stream,
             "megaops_fill_u32",
-            blocks,
-            256,
+            (blocks, 256),
             &params,
             cpu,
             vec![buffer.clone()],
