@@ -70,7 +70,10 @@ pub struct PreparedLaunch {
     /// subkernel, whose proxy this launch is).
     pub(crate) side: Option<Arc<dyn crate::subkernel::SideWork>>,
     /// Launch programmatically ([`BeginRule::Programmatic`](crate::BeginRule)); set by
-    /// the target.
+    /// the target. Sound only for entries that wait for their prerequisites in every
+    /// thread before touching memory: those `#[megaops::kernel]` generates do
+    /// (`wait_prerequisite_grids` after `kernel_begin_cta`); a subkernel's proxy does not,
+    /// and the AsyncStream never sets this for one.
     pub(crate) programmatic: bool,
 }
 
