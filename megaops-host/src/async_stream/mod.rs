@@ -524,8 +524,7 @@ impl LaunchTarget for AsyncStream {
         };
         // Under the programmatic rule a held launch and its wait kernel are launched
         // programmatically (both wait for the work before them on the stream themselves).
-        let programmatic =
-            holds && self.begin_rule == BeginRule::Programmatic && matches!(hold, Some(Hold::Kernel(..)));
+        let programmatic = self.begin_rule == BeginRule::Programmatic && matches!(hold, Some(Hold::Kernel(..)));
         let profiling = inner.profile.is_some();
         let wait_programmatic = programmatic && !inner.after_side.contains(&s);
         // (Profiling puts an event node between the wait kernel and the launch; a proxy's

@@ -26,17 +26,13 @@ impl CudaStreamBackend {
 }
 
 impl CudaStreamBackend {
-    /// `cuLaunchKernelEx` of `l` on this stream with the launch attributes `attrs`.
+    /// `cuLaunchKernelEx` of `l` on this stream with the launch attributes `attrs`; `how`
+    /// says how in an error (`launching `k` <how>, grid ...`).
     ///
     /// # Safety
     /// As [`StreamBackend::launch`]; every handle an attribute names stays live until the
     /// launch is done with it.
-    unsafe fn launch_ex(
-        &self,
-        l: &RawLaunch<'_>,
-        attrs: &mut [sys::CUlaunchAttribute],
-        what: impl FnOnce() -> String,
-    ) -> Result<()> {
+    unsafe fn launch_ex(&self, l: &RawLaunch<'_>, attrs: &mut [sys::CUlaunchAttribute], how: &str) -> Result<()> {
         let f = self.device.function(l.module, l.entry, l.dynamic_smem)?;
         let mut ptrs: Vec<*mut std::ffi::c_void> =
             l.params.iter().map(|p| p.as_ptr() as *mut std::ffi::c_void).collect();
@@ -58,8 +54,22 @@ impl CudaStreamBackend {
         // outlive the call.
         unsafe { sys::cuLaunchKernelEx(&config, f.0, ptrs.as_mut_ptr(), std::ptr::null_mut()) }
             .result()
-            .ctx(what)
+            .ctx(|| {
+                format!(
+                    "launching `{}` {how}, grid {:?}, block {:?}, {} B shared",
+                    l.kernel, l.grid, l.block, l.dynamic_smem
+                )
+            })
     }
+}
+
+/// A launch attribute of kind `id` with an all-zero value, for the caller to fill in.
+fn launch_attribute(id: sys::CUlaunchAttributeID) -> sys::CUlaunchAttribute {
+    // SAFETY: an all-zero attribute is a valid `CU_LAUNCH_ATTRIBUTE_IGNORE` (plain
+    // integers and handles); its id is set right after, its value by the caller.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = id;
+    attr
 }
 
 impl Drop for CudaStreamBackend {
@@ -134,21 +144,12 @@ impl StreamBackend for CudaStreamBackend {
     unsafe fn launch(&self, l: &RawLaunch<'_>) -> BackendResult<()> {
         let programmatic = l.programmatic && self.device.programmatic_launches(l.module)?;
         if programmatic {
-            // SAFETY: an all-zero attribute is a valid `CU_LAUNCH_ATTRIBUTE_IGNORE` (plain
-            // integers and handles); its id and value are set right after.
-            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            let mut attr =
+                launch_attribute(sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);
             attr.value.programmaticStreamSerializationAllowed = 1;
             // SAFETY: the caller's contract; the entry's module is of sm_90 or later, so
             // the kernel waits for its prerequisites itself (`griddepcontrol.wait`).
-            unsafe {
-                self.launch_ex(l, &mut [attr], || {
-                    format!(
-                        "launching `{}` programmatically with grid {:?}, block {:?}, {} B shared",
-                        l.kernel, l.grid, l.block, l.dynamic_smem
-                    )
-                })
-            }?;
+            unsafe { self.launch_ex(l, &mut [attr], "programmatically") }?;
             return Ok(());
         }
         let f = self.device.function(l.module, l.entry, l.dynamic_smem)?;
@@ -182,24 +183,14 @@ impl StreamBackend for CudaStreamBackend {
             .context()
             .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
             .ctx(|| "creating a launch's start event".into())?;
-        // SAFETY: an all-zero attribute is a valid `CU_LAUNCH_ATTRIBUTE_IGNORE` (plain
-        // integers and handles); its id and value are set right after.
-        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT;
+        let mut attr = launch_attribute(sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT);
         attr.value.launchCompletionEvent = sys::CUlaunchAttributeValue_union__bindgen_ty_3 {
             event: event.cu_event(),
             flags: 0,
         };
         // SAFETY: as for `launch` (the caller's contract); the event is live (owned by
         // `event`).
-        unsafe {
-            self.launch_ex(l, &mut [attr], || {
-                format!(
-                    "launching `{}` with a start event, grid {:?}, block {:?}, {} B shared",
-                    l.kernel, l.grid, l.block, l.dynamic_smem
-                )
-            })
-        }?;
+        unsafe { self.launch_ex(l, &mut [attr], "with a start event") }?;
         Ok(Box::new(CudaEventBackend(event)))
     }
 
