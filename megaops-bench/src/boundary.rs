@@ -120,13 +120,7 @@ fn begin_chain_table(dev: &Device, replays: usize) -> Result<Table> {
                 links: LINKS,
             };
             let (bad, graph, _) = time_chain(dev, &targets, shape, spins, replays)?;
-            let mut row = vec![
-                ctas.to_string(),
-                tiles.to_string(),
-                spins.0.to_string(),
-                spins.1.to_string(),
-                check(bad),
-            ];
+            let mut row = chain_cells(shape, spins, bad);
             row.extend(graph.iter().map(|&t| f3(t)));
             table.row(row);
         }
@@ -170,6 +164,17 @@ fn time_chain(
     let last = &targets[targets.len() - 1];
     let eager = time_events(&last.streams()[0], 3, replays, |_| chain.run_spinning(last, pre, spin))?;
     Ok((bad, graph, per_kernel(eager)))
+}
+
+/// A chain row's first cells: CTAs, data tiles, pre-spin and spin (ns), check.
+fn chain_cells(shape: ChainShape, spins: (u64, u64), bad: usize) -> Vec<String> {
+    vec![
+        shape.ctas.to_string(),
+        shape.tiles.to_string(),
+        spins.0.to_string(),
+        spins.1.to_string(),
+        check(bad),
+    ]
 }
 
 fn check(bad: usize) -> String {
@@ -217,12 +222,8 @@ fn chain_table(dev: &Device, replays: usize) -> Result<Table> {
                         continue;
                     }
                 };
-                table.row(vec![
-                    ctas.to_string(),
-                    tiles.to_string(),
-                    spins.0.to_string(),
-                    spins.1.to_string(),
-                    check(bad),
+                let mut row = chain_cells(shape, spins, bad);
+                row.extend([
                     f3(graph[0]),
                     f3(graph[1]),
                     f3(graph[2]),
@@ -230,6 +231,7 @@ fn chain_table(dev: &Device, replays: usize) -> Result<Table> {
                     f3(graph[0] - (spins.0 + spins.1) as f64 * 1e-3),
                     format!("{:.3}×", graph[2] / graph[0]),
                 ]);
+                table.row(row);
             }
         }
     }
@@ -271,17 +273,10 @@ fn poll_spin_table(dev: &Device, replays: usize) -> Result<Table> {
                         continue;
                     }
                 };
-                table.row(vec![
-                    ctas.to_string(),
-                    tiles.to_string(),
-                    spins.0.to_string(),
-                    spins.1.to_string(),
-                    poll.to_string(),
-                    check(bad),
-                    f3(graph[0]),
-                    f3(graph[1]),
-                    f3(graph[2]),
-                ]);
+                let mut row = chain_cells(shape, spins, bad);
+                row.insert(4, poll.to_string());
+                row.extend(graph.iter().map(|&t| f3(t)));
+                table.row(row);
             }
         }
     }
@@ -335,13 +330,7 @@ fn begin_rule_table(dev: &Device, replays: usize) -> Result<Table> {
                 let t = time_events(&on.streams()[0], 3, replays, |_| chain.run_spinning(on, pre, spin))?;
                 eager.push(t.median_us / LINKS as f64);
             }
-            let mut row = vec![
-                ctas.to_string(),
-                tiles.to_string(),
-                spins.0.to_string(),
-                spins.1.to_string(),
-                check(bad),
-            ];
+            let mut row = chain_cells(shape, spins, bad);
             row.extend(graph.iter().map(|&t| f3(t)));
             row.push(format!("{:.3}×", graph[0] / graph[1]));
             row.extend(eager.iter().map(|&t| f3(t)));
