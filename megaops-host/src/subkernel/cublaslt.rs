@@ -241,7 +241,7 @@ impl CublasLt {
             "cublaslt_matmul",
             &chunks.launch,
             chunking,
-            Wrappers::StreamMemOps,
+            chunks.wrappers,
         )?;
         let rows = (chunks.along == GemmAxis::M).then_some(0);
         let (mu, nu, ku) = (m as u64, n as u64, k as u64);
