@@ -238,6 +238,10 @@ mod tests {
             "megaops_subkernel_proxy_1",
             "megaops_subkernel_proxy_2",
             "megaops_subkernel_proxy_3",
+            "megaops_subkernel_release_0",
+            "megaops_subkernel_release_1",
+            "megaops_subkernel_release_2",
+            "megaops_subkernel_release_3",
         ];
         assert!(!RUNTIME_PTX.ptx.is_empty());
         for (arch, ptx) in RUNTIME_PTX.ptx {

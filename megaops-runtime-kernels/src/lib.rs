@@ -129,7 +129,7 @@ pub unsafe fn fill_spans(spans: &FillSpans) {
 /// PTX entries.
 #[cfg(target_arch = "nvptx64")]
 mod entries {
-    use super::proxy::{ProxyArgs, finish_chunk, wait_chunk_input};
+    use super::proxy::{ProxyArgs, finish_chunk, release_chunk, wait_chunk_input};
     use super::*;
     use megaops_device::sync::TileSync;
 
@@ -193,6 +193,58 @@ mod entries {
                 && wait_chunk_input(&args, &ctx, 1, &b)
                 && wait_chunk_input(&args, &ctx, 2, &c);
             finish_chunk(&args, &ctx, ok, &out, 3)
+        }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn megaops_subkernel_release_0(args: ProxyArgs, _ctx: KernelCtx, _out: TileSync) {
+        // SAFETY (every release entry): the runtime passes the go flags, context and syncs
+        // of one subkernel launch, inputs first, each at its span's index (the output's
+        // sync is unused: the side streams signal it).
+        unsafe { release_chunk(&args) }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn megaops_subkernel_release_1(
+        args: ProxyArgs,
+        ctx: KernelCtx,
+        a: TileSync,
+        _out: TileSync,
+    ) {
+        unsafe {
+            let _ = wait_chunk_input(&args, &ctx, 0, &a);
+            release_chunk(&args)
+        }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn megaops_subkernel_release_2(
+        args: ProxyArgs,
+        ctx: KernelCtx,
+        a: TileSync,
+        b: TileSync,
+        _out: TileSync,
+    ) {
+        unsafe {
+            let _ = wait_chunk_input(&args, &ctx, 0, &a) && wait_chunk_input(&args, &ctx, 1, &b);
+            release_chunk(&args)
+        }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn megaops_subkernel_release_3(
+        args: ProxyArgs,
+        ctx: KernelCtx,
+        a: TileSync,
+        b: TileSync,
+        c: TileSync,
+        _out: TileSync,
+    ) {
+        unsafe {
+            let _ = wait_chunk_input(&args, &ctx, 0, &a)
+                && wait_chunk_input(&args, &ctx, 1, &b)
+                && wait_chunk_input(&args, &ctx, 2, &c);
+            release_chunk(&args)
         }
     }
 

@@ -22,6 +22,15 @@
 //! Every wait has the protocol's timeout. A failed input wait still releases the chunk (its
 //! side stream must not block for ever: stream operations have no timeout) but signals
 //! nothing; the error log names the wait that failed.
+//!
+//! **Release proxies.** When every data tile of the output lies inside one chunk, the
+//! chunk's side stream signals its data tiles itself (stream memory operations after the
+//! chunk, which write each one's ready value) and the AsyncStream raises the begin flag
+//! once both side streams are done. Its proxy
+//! (`megaops_subkernel_release_N`) then only runs step 1 and sets *go* ([`release_chunk`]):
+//! it ends before the chunk starts, and holds no SM while the chunks run. A failed input wait still sets *go*; the chunk then runs and
+//! its data tiles are signalled, and the error log names the wait that failed (the host
+//! reports it at the next synchronisation).
 
 use megaops_device::atomic::{self, AcqRel, Gpu, Relaxed, Release};
 use megaops_device::sync::{
@@ -206,4 +215,19 @@ pub unsafe fn finish_chunk(args: &ProxyArgs, ctx: &KernelCtx, ok: bool, output: 
     // SAFETY: the caller's contract; chunk `c`'s subkernel wrote exactly this region. Every
     // thread gets here (the barrier inside also shares out whether thread 0 failed).
     unsafe { signal_output(output, &region, &producer, failed) };
+}
+
+/// Step 2 of a release proxy (see the module docs), after CTA `blockIdx.x`'s input waits:
+/// thread 0 sets the chunk's *go* flag (`st.release.gpu`), also when a wait failed (the
+/// side stream must not wait for ever; the error log has the failure). The CTA then ends:
+/// the chunk's side stream signals its output.
+///
+/// # Safety
+/// `args.flags` holds at least `chunks` device words; the grid has `chunks` CTAs.
+#[inline(always)]
+pub unsafe fn release_chunk(args: &ProxyArgs) {
+    if linear_thread_idx() == 0 {
+        // SAFETY: blockIdx.x < chunks, inside the go words (the caller's contract).
+        unsafe { atomic::store(args.flags.add(block_idx_x() as usize), 1, Release, Gpu) };
+    }
 }
