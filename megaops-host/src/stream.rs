@@ -200,6 +200,20 @@ impl Stream {
         unsafe { self.backend.write_value(addr, value) }
     }
 
+    /// Enqueues writing each `(addr, value)` of `writes` after the work before it, with a
+    /// memory barrier, without an SM ([`StreamBackend::write_values`]).
+    ///
+    /// # Safety
+    /// As [`StreamBackend::write_values`]; the caller keeps the memory allocated until the
+    /// operation is done.
+    pub(crate) unsafe fn write_values(&self, writes: &[(u64, i32)]) -> Result<()> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: forwarded.
+        unsafe { self.backend.write_values(writes) }
+    }
+
     /// Enqueues a copy-engine copy of `bytes` bytes from `src` to `dst`.
     ///
     /// # Safety

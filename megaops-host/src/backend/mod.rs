@@ -152,6 +152,10 @@ pub(crate) enum EventKind {
     TimingNode,
 }
 
+/// The most word writes one `cuStreamBatchMemOp` call takes
+/// ([`StreamBackend::write_values`] splits longer lists).
+pub(crate) const MAX_BATCH_WRITES: usize = 128;
+
 /// An in-order queue of device work.
 pub(crate) trait StreamBackend: Send + Sync {
     /// The number reports call the stream by where the backend has one (the virtual
@@ -206,6 +210,16 @@ pub(crate) trait StreamBackend: Send + Sync {
     /// `addr` is plain `cuMemAlloc` memory of this device that stays allocated until the
     /// operation is done.
     unsafe fn write_value(&self, addr: u64, value: i32) -> crate::Result<()>;
+    /// Enqueues writing each `(addr, value)` of `writes` (32-bit words) after everything
+    /// before it on this stream, each with a memory barrier: one batch of stream memory
+    /// operations on a GPU (`cuStreamBatchMemOp`, a batch per [`MAX_BATCH_WRITES`]), a host
+    /// operation of release stores in stream order on the CPU backend. Nothing needs an
+    /// SM. Semaphores that kernels poll may be written this way.
+    ///
+    /// # Safety
+    /// Every `addr` is a 4-byte-aligned word of plain `cuMemAlloc` memory of this device
+    /// (CPU backend: of its memory) that stays allocated until the operation is done.
+    unsafe fn write_values(&self, writes: &[(u64, i32)]) -> crate::Result<()>;
     /// Enqueues a copy of `bytes` bytes from `src` to `dst` on the copy engine
     /// (`cuMemcpyAsync`; a host operation in stream order on the CPU backend). Either
     /// address may be device memory or page-locked host memory.

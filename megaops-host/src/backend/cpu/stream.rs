@@ -240,6 +240,18 @@ impl StreamBackend for CpuStream {
         ))
     }
 
+    unsafe fn write_values(&self, writes: &[(u64, i32)]) -> Result<()> {
+        let writes = writes.to_vec();
+        self.host_op(Arc::new(move || {
+            for &(addr, value) in &writes {
+                // SAFETY: an aligned word of live CPU-backend memory (the caller's
+                // contract); virtual-GPU threads read semaphores atomically too.
+                unsafe { std::sync::atomic::AtomicI32::from_ptr(addr as *mut i32) }
+                    .store(value, std::sync::atomic::Ordering::Release);
+            }
+        }))
+    }
+
     unsafe fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
         self.host_op(Arc::new(move || {
             // SAFETY: both ranges are valid and disjoint while queued (the caller's

@@ -217,6 +217,34 @@ impl StreamBackend for CudaStreamBackend {
             .ctx(|| "enqueueing a stream write-value operation".into())
     }
 
+    unsafe fn write_values(&self, writes: &[(u64, i32)]) -> Result<()> {
+        use sys::CUstreamBatchMemOpType_enum::CU_STREAM_MEM_OP_WRITE_VALUE_32;
+        for batch in writes.chunks(crate::backend::MAX_BATCH_WRITES) {
+            let mut ops: Vec<sys::CUstreamBatchMemOpParams> = batch
+                .iter()
+                .map(|&(address, value)| sys::CUstreamBatchMemOpParams {
+                    writeValue: sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st {
+                        operation: CU_STREAM_MEM_OP_WRITE_VALUE_32,
+                        address,
+                        __bindgen_anon_1:
+                            sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_1 {
+                                value: value as u32,
+                            },
+                        // CU_STREAM_WRITE_VALUE_DEFAULT: a memory barrier before the write.
+                        flags: 0,
+                        alias: 0,
+                    },
+                })
+                .collect();
+            // SAFETY: every address is plain device memory that stays allocated (the
+            // caller's contract); `ops` holds `batch.len()` initialised write operations.
+            unsafe { sys::cuStreamBatchMemOp_v2(self.stream.cu_stream(), ops.len() as u32, ops.as_mut_ptr(), 0) }
+                .result()
+                .ctx(|| format!("enqueueing a batch of {} stream write-value operations", ops.len()))?;
+        }
+        Ok(())
+    }
+
     unsafe fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
         // SAFETY: both ranges are valid and disjoint (the caller's contract).
         unsafe { sys::cuMemcpyAsync(dst, src, bytes, self.stream.cu_stream()) }
