@@ -35,7 +35,7 @@ pub mod tiling;
 pub mod trace;
 
 pub use async_stream::Graph;
-pub use async_stream::{AsyncOptions, AsyncStream, BeginRule, LaunchSpan};
+pub use async_stream::{AsyncOptions, AsyncStream, BeginRule, LaunchSpan, SubkernelHold};
 pub use backend::BackendKind;
 pub use buffer::Buffer;
 pub use cudarc::driver::DeviceRepr;

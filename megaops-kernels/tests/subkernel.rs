@@ -7,6 +7,8 @@
 //!   the chunks' data tiles): both directions of overlap, chunk counts 1 to 16, rows and
 //!   columns, shapes the chunks and tiles do not divide, the residual epilogue.
 //! - The same program captured into a graph and replayed.
+//! - Both ways of signalling a chunk's output: by its side stream (chunks that hold whole
+//!   data tiles) and by the proxy (chunks that cut data tiles, or chosen).
 //! - A copy subkernel between a producer and a consumer.
 //! - Bad input is refused before anything runs.
 //!
@@ -14,6 +16,7 @@
 //! operations; on the GPU the same checks run with cuBLASLt and the copy engine, plus a
 //! chunked call against one call (bitwise where cuBLASLt picked the same algorithm).
 
+use megaops::subkernel::ChunkSignals;
 use megaops::subkernel::copy::{CopyChunks, copy_rows, upload_rows};
 use megaops::subkernel::cublaslt::{CublasLt, GemmAxis, GemmChunks};
 use megaops::testing::{assert_close, cpu_device, fresh_seed, gpu_or_skip, random};
@@ -100,8 +103,8 @@ impl Chain {
             s.synchronize()?;
         }
         let what = format!(
-            "m={m} k={k} n1={n1} n2={n2} {:?} chunks {} residual {} graph {} streams {streams}",
-            self.chunks.along, self.chunks.chunks, self.residual, self.graph
+            "m={m} k={k} n1={n1} n2={n2} {:?} chunks {} align {} {:?} residual {} graph {} streams {streams}",
+            self.chunks.along, self.chunks.chunks, self.chunks.align, self.chunks.signals, self.residual, self.graph
         );
         let y_out = y.to_vec()?;
         assert_close(
@@ -135,9 +138,17 @@ fn chains(small: bool) -> Vec<Chain> {
     } else {
         (1000, 256, 512, 776)
     };
+    // `Z` has data tiles of 32 rows: row chunks aligned to 16 rows hold whole tiles at some
+    // counts only (side-stream signals there, the proxy's elsewhere), aligned to 32 at every
+    // count; column chunks always cut tiles.
     let mut v = Vec::new();
     for (i, chunks) in [1usize, 2, 3, 5, 16].into_iter().enumerate() {
-        for along in [GemmAxis::M, GemmAxis::N] {
+        for (along, align, signals) in [
+            (GemmAxis::M, 16, ChunkSignals::SideStream),
+            (GemmAxis::M, 32, ChunkSignals::SideStream),
+            (GemmAxis::M, 32, ChunkSignals::Proxy),
+            (GemmAxis::N, 8, ChunkSignals::SideStream),
+        ] {
             v.push(Chain {
                 m,
                 k,
@@ -147,10 +158,11 @@ fn chains(small: bool) -> Vec<Chain> {
                 chunks: GemmChunks {
                     chunks,
                     along,
-                    align: if along == GemmAxis::M { 16 } else { 8 },
+                    align,
+                    signals,
                     ..GemmChunks::default()
                 },
-                graph: i == 2,
+                graph: i == 2 || (i == 4 && align == 32),
             });
         }
     }
@@ -173,7 +185,7 @@ fn cublaslt_subkernels_between_megaops_kernels_on_the_cpu_backend() -> Result<()
 
 /// Producer → copy subkernel → consumer: the copy waits for its rows of `Y` and signals
 /// its rows of `Y2`, which the consumer waits for.
-fn check_copy(dev: &Device, (m, k, n): (usize, usize, usize), chunks: usize, seed: u64) -> Result<()> {
+fn check_copy(dev: &Device, (m, k, n): (usize, usize, usize), chunks: usize, align: usize, seed: u64) -> Result<()> {
     let x = random::<bf16>(m * k, 1.0, seed);
     let w = random::<bf16>(n * k, 1.0, seed ^ 1);
     let w2 = random::<bf16>(n * n, 0.5, seed ^ 2);
@@ -190,15 +202,20 @@ fn check_copy(dev: &Device, (m, k, n): (usize, usize, usize), chunks: usize, see
     matmul::launch_with(&s, &opts, &xt, &wt, &mut y, mu, nu, ku)?;
     let c = CopyChunks {
         chunks,
+        align,
         ..CopyChunks::default()
     };
     copy_rows(&s, &y, &mut y2, &c)?;
     matmul::launch_with(&s, &opts, &y2, &w2t, &mut o, mu, nu, nu)?;
     s.synchronize()?;
     let y_out = y.to_vec()?;
-    assert_eq!(y2.to_vec()?, y_out, "copy m={m} n={n} chunks {chunks}: Y2 is not Y");
+    assert_eq!(
+        y2.to_vec()?,
+        y_out,
+        "copy m={m} n={n} chunks {chunks} align {align}: Y2 is not Y"
+    );
     assert_close(
-        &format!("copy m={m} n={n} chunks {chunks}: O"),
+        &format!("copy m={m} n={n} chunks {chunks} align {align}: O"),
         &o.to_vec()?,
         &reference(&f64s(&y_out), &f64s(&w2), None, m, n, n),
         TOL,
@@ -208,7 +225,7 @@ fn check_copy(dev: &Device, (m, k, n): (usize, usize, usize), chunks: usize, see
 
 /// Page-locked host memory → upload subkernel (host-to-device, chunked) → consumer: the
 /// consumer waits for the uploaded rows; eager and captured.
-fn check_upload(dev: &Device, (m, n): (usize, usize), chunks: usize, seed: u64) -> Result<()> {
+fn check_upload(dev: &Device, (m, n): (usize, usize), chunks: usize, align: usize, seed: u64) -> Result<()> {
     let v = random::<bf16>(m * n, 1.0, seed);
     let w = random::<bf16>(n * n, 0.5, seed ^ 1);
     let host = PinnedHost::from_slice(dev, &v)?;
@@ -218,6 +235,7 @@ fn check_upload(dev: &Device, (m, n): (usize, usize), chunks: usize, seed: u64) 
     let s = AsyncStream::new(dev, 2)?;
     let c = CopyChunks {
         chunks,
+        align,
         ..CopyChunks::default()
     };
     let (mu, nu) = (m as u32, n as u32);
@@ -232,9 +250,9 @@ fn check_upload(dev: &Device, (m, n): (usize, usize), chunks: usize, seed: u64) 
     o.fill(POISON)?;
     g.launch(&s)?;
     s.synchronize()?;
-    assert_eq!(y.to_vec()?, v, "upload m={m} n={n} chunks {chunks}");
+    assert_eq!(y.to_vec()?, v, "upload m={m} n={n} chunks {chunks} align {align}");
     assert_close(
-        &format!("upload m={m} n={n} chunks {chunks}: O"),
+        &format!("upload m={m} n={n} chunks {chunks} align {align}: O"),
         &o.to_vec()?,
         &reference(&f64s(&v), &f64s(&w), None, m, n, n),
         TOL,
@@ -246,9 +264,13 @@ fn check_upload(dev: &Device, (m, n): (usize, usize), chunks: usize, seed: u64) 
 fn copy_subkernels_between_megaops_kernels_on_the_cpu_backend() -> Result<()> {
     let seed = fresh_seed("copy_subkernels_between_megaops_kernels_on_the_cpu_backend");
     let dev = cpu_device(seed)?;
+    // The destinations have data tiles of 16 rows: chunks aligned to 1 row cut them (the
+    // proxy signals), aligned to 16 they do not (the side streams signal).
     for (i, chunks) in [1, 3, 7].into_iter().enumerate() {
-        check_copy(&dev, (130, 32, 48), chunks, seed.wrapping_add(i as u64))?;
-        check_upload(&dev, (130, 48), chunks, seed.wrapping_add(10 + i as u64))?;
+        for align in [1, 16] {
+            check_copy(&dev, (130, 32, 48), chunks, align, seed.wrapping_add(i as u64))?;
+            check_upload(&dev, (130, 48), chunks, align, seed.wrapping_add(10 + i as u64))?;
+        }
     }
     let s = AsyncStream::new(&dev, 2)?;
     let host = PinnedHost::from_slice(&dev, &[bf16::ONE; 10])?;
@@ -275,7 +297,9 @@ fn a_consumer_that_fills_every_sm_does_not_starve_the_chunks() -> Result<()> {
     let wt = Tensor::from_slice(&dev, &[n, k], &w)?;
     let gamma = Tensor::from_slice(&dev, &[n], &vec![bf16::ONE; n])?;
     let z = reference(&f64s(&x), &f64s(&w), None, m, n, k);
-    for copy in [false, true] {
+    // The GEMM's chunks and the 16-row-aligned copy's hold whole data tiles (side-stream
+    // signals); the 1-row-aligned copy's cut them (the proxy signals).
+    for (copy, align) in [(false, 16), (true, 1), (true, 16)] {
         let s = AsyncStream::new(&dev, 2)?;
         let mut c = Tiled::new(&dev, &[m, n], Rows::<16>, "c")?;
         let mut c2 = Tiled::new(&dev, &[m, n], Rows::<16>, "c2")?;
@@ -287,7 +311,11 @@ fn a_consumer_that_fills_every_sm_does_not_starve_the_chunks() -> Result<()> {
         };
         lt.matmul(&s, &xt, &wt, None, &mut c, &g)?;
         let input = if copy {
-            copy_rows(&s, &c, &mut c2, &CopyChunks::default())?;
+            let cc = CopyChunks {
+                align,
+                ..CopyChunks::default()
+            };
+            copy_rows(&s, &c, &mut c2, &cc)?;
             &c2
         } else {
             &c
@@ -305,7 +333,7 @@ fn a_consumer_that_fills_every_sm_does_not_starve_the_chunks() -> Result<()> {
         )?;
         s.synchronize()?;
         let c_out = c.to_vec()?;
-        assert_close(&format!("copy {copy}: C"), &c_out, &z, TOL);
+        assert_close(&format!("copy {copy} align {align}: C"), &c_out, &z, TOL);
         let want: Vec<f64> = f64s(&c_out)
             .chunks(n)
             .flat_map(|r| {
@@ -313,7 +341,12 @@ fn a_consumer_that_fills_every_sm_does_not_starve_the_chunks() -> Result<()> {
                 r.iter().map(move |v| v / rms).collect::<Vec<_>>()
             })
             .collect();
-        assert_close(&format!("copy {copy}: rmsnorm of C"), &y.to_vec()?, &want, TOL);
+        assert_close(
+            &format!("copy {copy} align {align}: rmsnorm of C"),
+            &y.to_vec()?,
+            &want,
+            TOL,
+        );
     }
     Ok(())
 }
@@ -390,7 +423,7 @@ fn a_missing_producer_times_out(dev: &Device, timeout: std::time::Duration) -> R
         "{msg}"
     );
     // The device recovers.
-    check_copy(dev, (64, 32, 48), 2, 5)
+    check_copy(dev, (64, 32, 48), 2, 1, 5)
 }
 
 #[test]
@@ -495,19 +528,24 @@ fn chunked_against_one_call(dev: &Device, lt: &CublasLt, (m, n, k): (usize, usiz
     );
     let s = AsyncStream::new(dev, 2)?;
     for chunks in [1, 2, 4, 7, 16] {
-        for along in [GemmAxis::M, GemmAxis::N] {
+        for (along, signals) in [
+            (GemmAxis::M, ChunkSignals::SideStream),
+            (GemmAxis::M, ChunkSignals::Proxy),
+            (GemmAxis::N, ChunkSignals::SideStream),
+        ] {
             let mut c = Tiled::new(dev, &[m, n], Rows::<64>, "c")?;
             c.tensor().fill(POISON)?;
             let g = GemmChunks {
                 chunks,
                 along,
                 align: 64,
+                signals,
                 ..GemmChunks::default()
             };
             lt.matmul(&s, &at, &wt, None, &mut c, &g)?;
             s.synchronize()?;
             let got = c.to_vec()?;
-            let what = format!("{m}×{n}×{k} {along:?} chunks {chunks}");
+            let what = format!("{m}×{n}×{k} {along:?} chunks {chunks} {signals:?}");
             assert_close(&what, &got, &want, TOL);
             let same = got.iter().zip(&one).filter(|(x, y)| x.to_bits() == y.to_bits()).count();
             eprintln!("{what}: {same} of {} outputs bitwise equal to one call", got.len());
@@ -542,8 +580,10 @@ fn copy_subkernels_on_the_gpu() -> Result<()> {
     };
     let seed = fresh_seed("copy_subkernels_on_the_gpu");
     for (i, chunks) in [1, 4, 16].into_iter().enumerate() {
-        check_copy(&dev, (1000, 256, 512), chunks, seed.wrapping_add(i as u64))?;
-        check_upload(&dev, (1000, 512), chunks, seed.wrapping_add(10 + i as u64))?;
+        for align in [1, 16] {
+            check_copy(&dev, (1000, 256, 512), chunks, align, seed.wrapping_add(i as u64))?;
+            check_upload(&dev, (1000, 512), chunks, align, seed.wrapping_add(10 + i as u64))?;
+        }
     }
     // One plain copy-engine transfer, the unadapted form.
     let v = random::<bf16>(1000 * 1024, 1.0, seed);

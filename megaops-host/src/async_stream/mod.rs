@@ -13,7 +13,8 @@
 //!   kernel on the same stream that spins until the previous launch's `kernel_begin_cta`
 //!   raised the begin flag (launched programmatically under
 //!   [`BeginRule::Programmatic`]), or a stream wait for the previous launch's start event
-//!   (every CTA begun).
+//!   (every CTA begun). A launch after a subkernel (`crate::subkernel`) is held until its
+//!   chunks are done ([`SubkernelHold`]).
 //! - **Memory**: buffers a kernel uses stay alive until the event recorded after that
 //!   kernel completes (or as long as a captured graph), so nothing is reused while a kernel
 //!   that uses it may still run. With N streams round-robin, at most N kernels are in
@@ -58,6 +59,7 @@ pub struct AsyncStream {
     overlap: bool,
     begin_wait: bool,
     begin_rule: BeginRule,
+    subkernel_hold: SubkernelHold,
     flag: Tensor<i32>,
     inner: Mutex<Inner>,
     key: TargetKey,
@@ -78,6 +80,23 @@ pub struct AsyncOptions {
     /// How the deadlock-freedom rule holds a launch back (`None`: the device's,
     /// [`Device::begin_rule`]).
     pub begin_rule: Option<BeginRule>,
+    /// How a launch on another stream after a subkernel is held until the subkernel's
+    /// chunks are done.
+    pub subkernel_hold: SubkernelHold,
+}
+
+/// How a launch after a subkernel (`crate::subkernel`; held until every chunk is done) is
+/// held on a GPU. The CPU backend always uses the wait kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SubkernelHold {
+    /// The wait kernel of [`AsyncOptions::begin_rule`] (resident on an SM while the chunks
+    /// run; it sees the begin flag at once).
+    #[default]
+    WaitKernel,
+    /// A stream memory operation waiting for the begin flag (`cuStreamWaitValue32`): no
+    /// SM while the chunks run. The token always comes (the chunks end and the proxy's
+    /// waits time out), so the operation needs no timeout of its own.
+    StreamWait,
 }
 
 /// How an overlapping [`AsyncStream`] holds each launch until the previous one (on another
@@ -150,6 +169,7 @@ impl Default for AsyncOptions {
             begin_wait: true,
             partition_sms: None,
             begin_rule: None,
+            subkernel_hold: SubkernelHold::default(),
         }
     }
 }
@@ -182,6 +202,8 @@ struct PrevLaunch {
     kernel: &'static str,
     /// Its start event ([`BeginRule::StartEvent`]).
     started: Option<Arc<Event>>,
+    /// A subkernel's proxy: it raises its token once every chunk is done.
+    subkernel: bool,
 }
 
 /// A start event kept alive until its launch is done: the driver triggers it when the
@@ -265,6 +287,7 @@ impl AsyncStream {
             overlap: opts.overlap,
             begin_wait: opts.begin_wait,
             begin_rule: opts.begin_rule.unwrap_or_else(|| device.begin_rule()),
+            subkernel_hold: opts.subkernel_hold,
             flag: Tensor::zeros(device, &[1])?,
             inner: Mutex::new(Inner::default()),
             key: TargetKey::fresh(),
@@ -432,6 +455,9 @@ enum Hold {
     Kernel(i32, megaops_device::sync::KernelCtx),
     /// A stream wait for the previous launch's start event.
     Event(Arc<Event>),
+    /// A stream memory operation waiting for this begin token (after a subkernel, whose
+    /// chunks always end: the token is written without a wait of its own).
+    Stream(i32),
 }
 
 impl crate::launch::sealed::Sealed for AsyncStream {}
@@ -495,6 +521,9 @@ impl LaunchTarget for AsyncStream {
         let hold = match inner.prev.as_mut() {
             Some(prev) if holds && prev.stream != s => match prev.started.clone() {
                 Some(started) => Some(Hold::Event(started)),
+                None if prev.subkernel && self.subkernel_hold == SubkernelHold::StreamWait && self.device.is_cuda() => {
+                    Some(Hold::Stream(prev.token))
+                }
                 // (Every launch under this rule has a start event.)
                 None if event_rule => None,
                 None => {
@@ -557,6 +586,11 @@ impl LaunchTarget for AsyncStream {
             side.prepare(stream, &self.side)?;
         }
         let fork = launch.side.is_some().then(|| stream.record_marker()).transpose()?;
+        if let Some(Hold::Stream(token)) = &hold {
+            // SAFETY: the begin flag is plain device memory the AsyncStream keeps; the
+            // subkernel's side streams (or its proxy) write the token in every case.
+            unsafe { stream.wait_value(self.flag.addr(), *token)? };
+        }
         if let Some(Hold::Kernel(token, ctx)) = &hold {
             runtime::wait_begin(stream, self.flag.buffer(), *token, *ctx, wait_programmatic)?;
         }
@@ -566,7 +600,7 @@ impl LaunchTarget for AsyncStream {
         if let Some(Hold::Event(started)) = &hold {
             stream.wait_event(started)?;
         }
-        let (event, started) = if event_rule {
+        let (mut event, mut started) = if event_rule {
             let (event, started) = launch.launch_on_with_start(stream)?;
             let started = Arc::new(started);
             if !capturing {
@@ -590,9 +624,24 @@ impl LaunchTarget for AsyncStream {
             }
             side.enqueue(&self.side)?;
             // Joined back: the lane's later work (and a capture's end) comes after the
-            // chunks, which the proxy waits for anyway.
+            // chunks.
             for x in &self.side {
                 stream.wait_event(&x.record_marker()?)?;
+            }
+            if !side.launch_raises_begin() && !launch.ctx.begin_flag.is_null() {
+                // The next launch (held on another lane) may start once every chunk is
+                // done. Nothing raised the flag past this token yet: the next token's
+                // launch is held until this write, or comes after it on this lane.
+                // SAFETY: the begin flag is plain device memory the AsyncStream keeps.
+                unsafe { stream.write_values(&[(self.flag.addr(), launch.ctx.begin_token)])? };
+            }
+            // The operands stay allocated, and plain tensors' later users wait, until the
+            // chunks are done (the proxy may end before they start).
+            event = Arc::new(stream.record_marker()?);
+            stream.hold(launch.buffers.clone(), &event);
+            // Under the start-event rule the next launch waits for the chunks too.
+            if started.is_some() {
+                started = Some(event.clone());
             }
         }
         if let Some(start) = start {
@@ -620,6 +669,7 @@ impl LaunchTarget for AsyncStream {
             token: inner.token,
             kernel: launch.kernel,
             started,
+            subkernel: launch.side.is_some(),
         });
         inner.launches += 1;
         Ok(id)

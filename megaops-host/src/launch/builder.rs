@@ -414,6 +414,11 @@ impl<'a> KernelLaunch<'a> {
         self.tensors.push((id, note));
     }
 
+    /// The note of the tensor bound last, if it was a `Tiled` one.
+    pub(crate) fn last_tensor_note(&self) -> Option<&TensorNote> {
+        self.tensors.last().map(|(_, note)| note)
+    }
+
     /// Binds a plain mutable pointer parameter with its declared shape.
     pub fn ptr_mut<T: DType>(&mut self, param: &str, x: &mut Tensor<T>, declared: Option<Declared<'_>>) -> Result<u64> {
         self.bind_plain(param, x, declared, true)

@@ -6,7 +6,7 @@
 //! order.
 
 use super::cublaslt::Shaped;
-use super::{Chunk, ChunkOp, Chunking, SubkernelLaunch, Wrappers};
+use super::{Chunk, ChunkOp, ChunkSignals, Chunking, SubkernelLaunch, Wrappers};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::launch::{AsInput, AsOutput, LaunchOptions, LaunchTarget};
@@ -23,6 +23,9 @@ pub struct CopyChunks {
     pub chunks: usize,
     /// Chunk sizes are multiples of this many rows.
     pub align: usize,
+    /// Who signals each chunk's rows of the destination (its side stream when they align
+    /// with the chunks, the default).
+    pub signals: ChunkSignals,
     /// Options of the proxy launch (wait timeout).
     pub launch: LaunchOptions,
 }
@@ -32,6 +35,7 @@ impl Default for CopyChunks {
         CopyChunks {
             chunks: 4,
             align: 1,
+            signals: ChunkSignals::default(),
             launch: LaunchOptions::default(),
         }
     }
@@ -104,7 +108,8 @@ fn row_launch<'a, T: DType>(
         .ok_or_else(|| Error::shape(format!("`{name}` copies rows: it needs a tensor of rank ≥ 1")))?;
     let row_bytes = shape[1..].iter().product::<usize>() * size_of::<T>();
     let chunking = Chunking::new(rows, chunks.chunks, chunks.align.max(1))?;
-    let l = SubkernelLaunch::new(target.device(), name, &chunks.launch, chunking, Wrappers::Kernels)?;
+    let mut l = SubkernelLaunch::new(target.device(), name, &chunks.launch, chunking, Wrappers::Kernels)?;
+    l.signals(chunks.signals);
     Ok((l, row_bytes, shape.iter().map(|&d| d as u64).collect()))
 }
 

@@ -17,7 +17,7 @@
 //!
 //! On the CPU backend the same calls run a host GEMM with the same rounding.
 
-use super::{Chunk, ChunkOp, Chunking, SubkernelLaunch, Wrappers};
+use super::{Chunk, ChunkOp, ChunkSignals, Chunking, SubkernelLaunch, Wrappers};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::launch::{AsInput, AsOutput, LaunchOptions, LaunchTarget};
@@ -82,6 +82,9 @@ pub struct GemmChunks {
     /// What holds each chunk until its proxy lets it go: a stream memory operation (the
     /// complementary backend of a kernel, the default) or the runtime's wait kernel.
     pub wrappers: Wrappers,
+    /// Who signals each chunk's data tiles of `C` (its side stream when they align with
+    /// the chunks, the default).
+    pub signals: ChunkSignals,
     /// Options of the proxy launch (wait timeout).
     pub launch: LaunchOptions,
 }
@@ -100,6 +103,7 @@ impl Default for GemmChunks {
             along: GemmAxis::M,
             align: 64,
             wrappers: Wrappers::StreamMemOps,
+            signals: ChunkSignals::default(),
             launch: LaunchOptions::default(),
         }
     }
@@ -236,13 +240,8 @@ impl CublasLt {
         };
         let chunking = Chunking::new(extent, chunks.chunks, align)?;
         let device = target.device().clone();
-        let mut l = SubkernelLaunch::new(
-            &device,
-            "cublaslt_matmul",
-            &chunks.launch,
-            chunking,
-            chunks.wrappers,
-        )?;
+        let mut l = SubkernelLaunch::new(&device, "cublaslt_matmul", &chunks.launch, chunking, chunks.wrappers)?;
+        l.signals(chunks.signals);
         let rows = (chunks.along == GemmAxis::M).then_some(0);
         let (mu, nu, ku) = (m as u64, n as u64, k as u64);
         let a_addr = l.input("a", a, &[mu, ku], rows)?;

@@ -9,9 +9,17 @@
 //!   the chunk's ([`Wrappers`]): a stream memory operation before an ordinary kernel, a
 //!   tiny kernel before copy-engine work; its *started* and *done* flags are written by
 //!   stream memory operations around it (they need no SM);
-//! - a *proxy* kernel (`megaops_subkernel_proxy_N`, one CTA per chunk) is the launch the
-//!   AsyncStream sees: CTA `c` waits for the data tiles chunk `c` reads, sets its go flag,
-//!   waits for its started and done flags and signals the data tiles chunk `c` wrote.
+//! - a *proxy* kernel (one CTA per chunk) is the launch the AsyncStream sees: CTA `c` waits
+//!   for the data tiles chunk `c` reads and sets its go flag;
+//! - the chunk's data tiles are signalled in one of two ways ([`ChunkSignals`]):
+//!   - *by its side stream* (the default, when every data tile of the output lies inside
+//!     one chunk): a batch of stream memory operations after the chunk writes each of its
+//!     data tiles' ready value, and the AsyncStream raises the begin flag once both side
+//!     streams are done. The proxy (`megaops_subkernel_release_N`) ends as soon as it set
+//!     the go flags: no CTA of it stays on an SM while the chunks run;
+//!   - *by the proxy* (`megaops_subkernel_proxy_N`; any chunking): CTA `c` also waits for the
+//!     chunk's started and done flags, signals the data tiles chunk `c` wrote and raises the
+//!     begin flag after the last chunk.
 //!
 //! So a subkernel takes `Tiled` inputs and produces `Tiled` outputs like any MegaOps kernel:
 //! its kernel tiling is the chunking (one kernel tile per chunk), from which consumers'
@@ -24,8 +32,11 @@
 //! needs, and on the H200 a one-chunk cuBLASLt GEMM then never finished. So a consumer of a
 //! subkernel's output does not overlap it; the producers before it do (each chunk starts
 //! as soon as its rows are ready), and a subkernel consuming a MegaOps kernel overlaps it
-//! chunk by chunk. The chunks reach the SMs first in any case: their side streams have the
-//! greatest priority, and each writes *started* before it runs, which the proxy waits for.
+//! chunk by chunk. The begin flag is raised once every chunk is done: by the AsyncStream's
+//! lane after it joined the side streams back (side-stream signals), or by the proxy; the
+//! next launch waits for it by a wait kernel or by a stream memory operation
+//! (`AsyncOptions::subkernel_hold`). The chunks reach the SMs first in any case: their side
+//! streams have the greatest priority.
 
 //! On the CPU backend the same proxy, flags and side streams run; the wait is the runtime's
 //! wait kernel, the flag writes are host writes in stream order (the virtual GPU has no
@@ -58,6 +69,11 @@ pub(crate) use side::SideWork;
 /// The most chunks one subkernel launch splits into.
 pub const MAX_CHUNKS: usize = 64;
 
+/// The most data tiles one chunk signals by stream memory operations
+/// ([`ChunkSignals::SideStream`]): each write costs about half a microsecond on the H200, so
+/// a chunk of more data tiles is signalled by the proxy (on an SM, all at once).
+pub const MAX_SIDE_SIGNALS: usize = 16;
+
 /// How a subkernel's chunks are held back on their side streams until their go flag is
 /// set. The wait must not use the chunk's own hardware path, or it queues behind the
 /// other side stream's chunk (paper Appendix B). (The started and done flags are always
@@ -69,6 +85,19 @@ pub enum Wrappers {
     /// The runtime's wait kernel (`megaops_wait_word`, with the protocol's timeout): for
     /// copy-engine chunks.
     Kernels,
+}
+
+/// Who signals a chunk's data tiles of the output once the chunk is done.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ChunkSignals {
+    /// The chunk's side stream, by stream memory operations right after it (no SM, no
+    /// spinning proxy), when every data tile of the output lies inside one chunk (chunk
+    /// sizes a multiple of the output's data tile along the chunked dimension) and no chunk
+    /// holds more than [`MAX_SIDE_SIGNALS`] data tiles; the proxy otherwise.
+    #[default]
+    SideStream,
+    /// The proxy, which waits for each chunk's done flag on an SM (any chunking).
+    Proxy,
 }
 
 /// One chunk: its index and its elements `start..end` along the chunked dimension.
@@ -172,6 +201,10 @@ pub struct SubkernelLaunch<'a> {
     inputs: usize,
     output: bool,
     wrappers: Wrappers,
+    signals: ChunkSignals,
+    /// Per chunk, the `(semaphore address, ready value)` writes that signal its data tiles
+    /// of the output, when its side stream signals them.
+    side_signals: Option<Vec<Vec<(u64, i32)>>>,
 }
 
 impl<'a> SubkernelLaunch<'a> {
@@ -197,7 +230,14 @@ impl<'a> SubkernelLaunch<'a> {
             inputs: 0,
             output: false,
             wrappers,
+            signals: ChunkSignals::default(),
+            side_signals: None,
         })
+    }
+
+    /// Chooses who signals the chunks' data tiles (bind the output after this).
+    pub fn signals(&mut self, signals: ChunkSignals) {
+        self.signals = signals;
     }
 
     /// The chunks.
@@ -290,6 +330,16 @@ impl<'a> SubkernelLaunch<'a> {
         }
         let (tile, span) = self.tile(shape, Some(along))?;
         let (addr, sync) = self.launch.output(param, x, shape, &tile, None)?;
+        self.side_signals = match self.signals {
+            ChunkSignals::Proxy => None,
+            ChunkSignals::SideStream if !sync.is_active() => Some(vec![Vec::new(); self.chunking.chunks.len()]),
+            ChunkSignals::SideStream => {
+                let note = self.launch.last_tensor_note().ok_or_else(|| {
+                    Error::Internal(format!("`{}`: a synchronised output without its note", self.name))
+                })?;
+                side_signals(&sync, note, &span, self.chunking.chunks.len())
+            }
+        };
         self.spans.push(span);
         self.syncs.push(sync);
         self.output = true;
@@ -305,7 +355,10 @@ impl<'a> SubkernelLaunch<'a> {
             return Err(Error::launch(self.name, "a subkernel needs an output bound"));
         }
         let n = self.chunking.chunks.len();
-        let flags = Tensor::<i32>::empty(&self.device, &[3 * n + 1])?;
+        let side_signals = self.side_signals.take();
+        // Go flags; with the proxy signalling, also started and done flags and the count.
+        let words = if side_signals.is_some() { n } else { 3 * n + 1 };
+        let flags = Tensor::<i32>::empty(&self.device, &[words])?;
         let flags_id = self.device.next_tensor_id();
         let mut spans = [ChunkSpan::WHOLE; PROXY_MAX_TENSORS];
         spans[..self.spans.len()].copy_from_slice(&self.spans);
@@ -315,18 +368,25 @@ impl<'a> SubkernelLaunch<'a> {
             flags_id,
             spans,
         };
-        let entry = PROXY_ENTRIES[self.inputs];
+        let (entry, name) = if side_signals.is_some() {
+            (RELEASE_ENTRIES[self.inputs], format!("`{}` go flags", self.name))
+        } else {
+            (
+                PROXY_ENTRIES[self.inputs],
+                format!(
+                    "`{}` chunk flags (go 0..{n}, started {n}..{}, done {}..{})",
+                    self.name,
+                    2 * n,
+                    2 * n,
+                    3 * n
+                ),
+            )
+        };
         self.launch.replace_args(entry, vec![param_bytes(&args)]);
         let note = TensorNote {
-            name: format!(
-                "`{}` chunk flags (go 0..{n}, started {n}..{}, done {}..{})",
-                self.name,
-                2 * n,
-                2 * n,
-                3 * n
-            ),
+            name,
             dims: vec![HostDim {
-                size: (3 * n + 1) as u32,
+                size: words as u32,
                 tile: 1,
                 bounds: Vec::new(),
             }],
@@ -345,15 +405,49 @@ impl<'a> SubkernelLaunch<'a> {
             flags_id,
             note,
             wrappers: self.wrappers,
+            side_signals,
         };
+        let release = work.side_signals.is_some();
         self.launch.side(Arc::new(work));
         let syncs = self.syncs;
         self.launch.submit(target, move |ctx| {
             // SAFETY: the CPU body of the proxy, the function its PTX entry runs: the flags
-            // (kept by the launch) hold 3·n + 1 words, the syncs are the bound tensors'.
-            unsafe { run_proxy(&args, ctx, &syncs) }
+            // (kept by the launch) hold the words it uses, the syncs are the bound tensors'.
+            unsafe { run_proxy(&args, ctx, &syncs, release) }
         })
     }
+}
+
+/// Per chunk, the writes that signal its data tiles of the output synchronised by `sync`
+/// (host copy of its tiling in `note`; chunk `c` writes `span.region(c)`): each data
+/// tile's address and ready value. `None` when some data tile has parts in two chunks
+/// (only a count of signals, the proxy's, can tell when such a tile is ready) or a chunk
+/// has more than [`MAX_SIDE_SIGNALS`] data tiles.
+fn side_signals(sync: &TileSync, note: &TensorNote, span: &ChunkSpan, chunks: usize) -> Option<Vec<Vec<(u64, i32)>>> {
+    use megaops_device::sync::tiling::{covered_box, sem_index, target_of};
+    let mut dims = [megaops_device::sync::DimTiling::plain(0, 0); megaops_device::sync::MAX_RANK];
+    for (d, h) in dims.iter_mut().zip(&note.dims) {
+        *d = h.as_dim();
+    }
+    let rank = note.dims.len() as u32;
+    let ktile = span.ktile();
+    (0..chunks as u32)
+        .map(|c| {
+            let region = span.region(sync, c);
+            // SAFETY: `dims` points into `note`'s host copy of the bounds, alive here.
+            let tiles = unsafe { covered_box(&dims, rank, &region) };
+            (0..tiles.len())
+                .map(|k| {
+                    let coords = tiles.coords(k);
+                    // SAFETY: as above.
+                    let producers = unsafe { target_of(&dims, rank, &coords, &ktile, 1) };
+                    let idx = sem_index(&dims, rank, &coords) as u64;
+                    (producers == 1).then_some((sync.sema as u64 + 4 * idx, note.ready))
+                })
+                .collect::<Option<Vec<_>>>()
+                .filter(|w| w.len() <= MAX_SIDE_SIGNALS)
+        })
+        .collect()
 }
 
 /// The proxy's body for `syncs` (its inputs, then its output), as the PTX entry of that
@@ -361,8 +455,8 @@ impl<'a> SubkernelLaunch<'a> {
 ///
 /// # Safety
 /// As [`megaops_runtime_kernels::proxy::finish_chunk`].
-unsafe fn run_proxy(args: &ProxyArgs, ctx: &KernelCtx, syncs: &[TileSync]) {
-    use megaops_runtime_kernels::proxy::{finish_chunk, wait_chunk_input};
+unsafe fn run_proxy(args: &ProxyArgs, ctx: &KernelCtx, syncs: &[TileSync], release: bool) {
+    use megaops_runtime_kernels::proxy::{finish_chunk, release_chunk, wait_chunk_input};
     let Some((out, inputs)) = syncs.split_last() else {
         return;
     };
@@ -372,9 +466,22 @@ unsafe fn run_proxy(args: &ProxyArgs, ctx: &KernelCtx, syncs: &[TileSync]) {
         for (i, sync) in inputs.iter().enumerate() {
             ok = ok && wait_chunk_input(args, ctx, i, sync);
         }
-        finish_chunk(args, ctx, ok, out, inputs.len());
+        if release {
+            release_chunk(args);
+        } else {
+            finish_chunk(args, ctx, ok, out, inputs.len());
+        }
     }
 }
+
+/// The release proxy's PTX entries (the side streams signal) by number of synchronised
+/// inputs.
+const RELEASE_ENTRIES: [&str; PROXY_MAX_TENSORS] = [
+    "megaops_subkernel_release_0",
+    "megaops_subkernel_release_1",
+    "megaops_subkernel_release_2",
+    "megaops_subkernel_release_3",
+];
 
 /// The proxy's PTX entries by number of synchronised inputs.
 const PROXY_ENTRIES: [&str; PROXY_MAX_TENSORS] = [
@@ -383,3 +490,89 @@ const PROXY_ENTRIES: [&str; PROXY_MAX_TENSORS] = [
     "megaops_subkernel_proxy_2",
     "megaops_subkernel_proxy_3",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use megaops_device::sync::{DimTiling, EPOCH_STRIDE, MAX_RANK};
+
+    /// A 100 × 8 output (semaphores at 0x1000) with `rows` data tiling along dimension 0
+    /// and one data tile across the columns.
+    fn output(rows: HostDim) -> (TileSync, TensorNote) {
+        let note = TensorNote {
+            name: "c".into(),
+            dims: vec![
+                rows,
+                HostDim {
+                    size: 8,
+                    tile: 8,
+                    bounds: Vec::new(),
+                },
+            ],
+            ready: 3 * EPOCH_STRIDE,
+            producer: None,
+            producer_launch: None,
+        };
+        let mut dims = [DimTiling::plain(0, 0); MAX_RANK];
+        for (d, h) in dims.iter_mut().zip(&note.dims) {
+            *d = h.as_dim();
+        }
+        let sync = TileSync {
+            sema: 0x1000 as *mut i32,
+            tensor_id: 1,
+            target: 0,
+            rank: 2,
+            dims,
+        };
+        (sync, note)
+    }
+
+    fn span(dim: u32, chunk: u32) -> ChunkSpan {
+        ChunkSpan { dim, chunk }
+    }
+
+    #[test]
+    fn side_streams_signal_only_data_tiles_that_lie_in_one_chunk() {
+        let ready = 3 * EPOCH_STRIDE;
+        let plain = |tile| HostDim {
+            size: 100,
+            tile,
+            bounds: Vec::new(),
+        };
+        // Rows in tiles of 32 (the last of 4 rows), chunks of 64 rows: tiles 0, 1 | 2, 3.
+        let (sync, note) = output(plain(32));
+        assert_eq!(
+            side_signals(&sync, &note, &span(0, 64), 2),
+            Some(vec![
+                vec![(0x1000, ready), (0x1004, ready)],
+                vec![(0x1008, ready), (0x100c, ready)],
+            ])
+        );
+        // One chunk of everything.
+        assert_eq!(
+            side_signals(&sync, &note, &span(0, 100), 1).map(|w| w[0].len()),
+            Some(4)
+        );
+        // Chunks of 48 rows cut tile 1 in two; column chunks cut every tile.
+        assert_eq!(side_signals(&sync, &note, &span(0, 48), 3), None);
+        assert_eq!(side_signals(&sync, &note, &span(1, 4), 2), None);
+        // Irregular rows 0..10, 10..64, 64..100 with chunks of 64 rows.
+        let (sync, note) = output(HostDim {
+            size: 100,
+            tile: 0,
+            bounds: vec![0, 10, 64, 100],
+        });
+        assert_eq!(
+            side_signals(&sync, &note, &span(0, 64), 2),
+            Some(vec![vec![(0x1000, ready), (0x1004, ready)], vec![(0x1008, ready)]])
+        );
+        assert_eq!(side_signals(&sync, &note, &span(0, 32), 4), None);
+        // Tiles of 4 rows: one chunk would signal 25 of them, chunks of 64 rows 16 and 9.
+        let (sync, note) = output(plain(4));
+        assert_eq!(side_signals(&sync, &note, &span(0, 100), 1), None);
+        assert_eq!(
+            side_signals(&sync, &note, &span(0, 64), 2).map(|w| w.iter().map(Vec::len).collect::<Vec<_>>()),
+            Some(vec![MAX_SIDE_SIGNALS, 9])
+        );
+    }
+}

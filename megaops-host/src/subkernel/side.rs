@@ -19,6 +19,10 @@ pub(crate) trait SideWork: Send + Sync {
     fn prepare(&self, lane: &Stream, side: &[Stream; 2]) -> Result<()>;
     /// Enqueues the work on the two side streams.
     fn enqueue(&self, side: &[Stream; 2]) -> Result<()>;
+    /// Whether the launch itself raises the AsyncStream begin flag once the work is done
+    /// (a proxy that waits for every chunk); otherwise the AsyncStream raises it after
+    /// joining the side streams back.
+    fn launch_raises_begin(&self) -> bool;
 }
 
 /// The chunks of one subkernel launch.
@@ -34,6 +38,10 @@ pub(super) struct ChunkedWork {
     pub flags_id: u32,
     pub note: TensorNote,
     pub wrappers: Wrappers,
+    /// Per chunk, the `(semaphore, ready value)` writes its side stream makes after it to
+    /// signal its data tiles; `None`: the proxy signals (and the flags have started and
+    /// done words).
+    pub side_signals: Option<Vec<Vec<(u64, i32)>>>,
 }
 
 impl ChunkedWork {
@@ -69,7 +77,11 @@ impl SideWork for ChunkedWork {
         if self.device.is_cuda() {
             self.op.prepare(&self.chunks, side)?;
         }
-        lane.fill_words(&self.flags, 0, 3 * self.chunks.len() + 1, 0)
+        lane.fill_words(&self.flags, 0, self.flags.len() / 4, 0)
+    }
+
+    fn launch_raises_begin(&self) -> bool {
+        self.side_signals.is_none()
     }
 
     fn enqueue(&self, side: &[Stream; 2]) -> Result<()> {
@@ -91,17 +103,26 @@ impl SideWork for ChunkedWork {
             // `started` and `done` need no SM (a stream memory operation; a host write on
             // the CPU backend): once the proxy has seen every `started`, nothing of this
             // subkernel still waits for an SM but the chunks already queued.
-            self.write(s, started, 1)?;
+            if self.side_signals.is_none() {
+                self.write(s, started, 1)?;
+            }
             if cuda {
-                // SAFETY: the proxy launch keeps every operand the op captured, and waits
-                // for this chunk's done flag before it completes.
+                // SAFETY: the launch keeps every operand the op captured until an event
+                // after the side streams' work (the AsyncStream joins them back first).
                 unsafe { self.op.enqueue(*c, lane, s)? };
             } else {
                 let (op, chunk) = (self.op.clone(), *c);
                 // SAFETY: as above; CPU-backend operands are host memory.
                 s.host_op(Arc::new(move || unsafe { op.run_on_host(chunk) }))?;
             }
-            self.write(s, done, 1)?;
+            match &self.side_signals {
+                // SAFETY: the output's semaphores (plain `cuMemAlloc` memory: the device
+                // allocator's) are among the launch's buffers, kept as above; each chunk
+                // is the only writer of its data tiles, so its ready value is what all the
+                // signals of a tile would add up to.
+                Some(writes) => unsafe { s.write_values(&writes[c.index])? },
+                None => self.write(s, done, 1)?,
+            }
         }
         Ok(())
     }

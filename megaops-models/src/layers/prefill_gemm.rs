@@ -3,8 +3,8 @@
 //! (`megaops::subkernel::cublaslt`). The decode path always runs its GEMV kernels.
 
 use megaops::launch::{AsInput, AsOutput, LaunchOptions, LaunchTarget};
-use megaops::subkernel::Wrappers;
 use megaops::subkernel::cublaslt::{CublasLt, GemmAxis, GemmChunks, Shaped};
+use megaops::subkernel::{ChunkSignals, Wrappers};
 use megaops::{Device, R2, Result, Tensor, bf16};
 use megaops_kernels::gemm::matmul;
 
@@ -142,6 +142,7 @@ impl PrefillGemm {
                     along: GemmAxis::M,
                     align: CHUNK_ALIGN,
                     wrappers: *wrappers,
+                    signals: ChunkSignals::SideStream,
                     launch: LaunchOptions {
                         timeout: opts.timeout,
                         ..LaunchOptions::default()
