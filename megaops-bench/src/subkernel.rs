@@ -3,12 +3,14 @@
 //!
 //! - **chunked cuBLASLt against one call** at the prefill shapes of the presets (the MLP's
 //!   gate/up and down projections, m = 1024 and 4096): one `cublasLtMatmul` on a stream
-//!   against the subkernel with 1, 2, 4 and 8 row chunks (proxy, side streams, memop
-//!   waits), and 4 chunks held by wait kernels;
+//!   against the subkernel with 1, 2, 4 and 8 row chunks (side streams, memop waits,
+//!   side-stream signals), 4 chunks held by wait kernels, and 1 and 4 chunks signalled by
+//!   the proxy, and 1 and 4 chunks with launches after a subkernel held by a stream wait;
 //! - **the wrappers' sync cost per chunk**: a subkernel too small to cost anything itself
 //!   (a 256 × 64 × 64 GEMM, held by stream memory operations or by wait kernels; a copy of
-//!   256 × 64 bf16), timed at 1 to 16 chunks; the slope of a least-squares line through
-//!   those times is the cost of one more chunk;
+//!   256 × 64 bf16; each signalled by its side streams, and by the proxy), timed at 1 to 16
+//!   chunks; the slope of a least-squares line through those times is the cost of one more
+//!   chunk;
 //! - **the prefill MLP block** (RMSNorm → gate/up → SiLU·mul → down, m = 1024 and 4096) with
 //!   the Rust GEMM and with cuBLASLt subkernels (`PrefillGemm`; 1 and 4 chunks, memop
 //!   waits and wait kernels), each overlapped (an
@@ -19,11 +21,11 @@
 //! replay.
 
 use crate::harness::{Table, budget_s, f3, time_graph};
-use megaops::subkernel::Wrappers;
 use megaops::subkernel::copy::{CopyChunks, copy_on, copy_rows};
 use megaops::subkernel::cublaslt::{CublasLt, GemmAxis, GemmChunks};
+use megaops::subkernel::{ChunkSignals, Wrappers};
 use megaops::testing::{POISON_WORD, random, rel_error};
-use megaops::{AsyncStream, Device, Result, Rows, Tensor, Tiled, bf16};
+use megaops::{AsyncOptions, AsyncStream, Device, Result, Rows, SubkernelHold, Tensor, Tiled, bf16};
 use megaops_models::layers::{Mlp, MlpActivations, MlpConfig, PrefillGemm};
 use std::path::Path;
 use std::time::Instant;
@@ -53,6 +55,15 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
     };
     let lt = CublasLt::new(&dev)?;
     let s = AsyncStream::new(&dev, 2)?;
+    // The same, with launches after a subkernel held by a stream wait, not a wait kernel.
+    let sw = AsyncStream::with_options(
+        &dev,
+        AsyncOptions {
+            streams: 2,
+            subkernel_hold: SubkernelHold::StreamWait,
+            ..AsyncOptions::default()
+        },
+    )?;
     let serial = AsyncStream::serial(&dev)?;
     let replays = if quick { 5 } else { 15 };
     let budget = budget_s(BUDGET_S);
@@ -75,6 +86,11 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
             "4 chunks",
             "8 chunks",
             "4 chunks, wait kernels",
+            "1 chunk, proxy signals",
+            "4 chunks, proxy signals",
+            "1 chunk, stream-wait hold",
+            "4 chunks, stream-wait hold",
+            "one call / 1 chunk",
             "one call / 4 chunks",
         ],
     );
@@ -88,7 +104,7 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
                     eprintln!("subkernel suite: over its budget, skipping the remaining GEMMs");
                     break 'shapes;
                 }
-                match gemm_row(&dev, &lt, &s, (m, n, k), replays) {
+                match gemm_row(&dev, &lt, [&s, &sw], (m, n, k), replays) {
                     Ok(t) => {
                         let mut row = vec![
                             shape.name.to_string(),
@@ -97,6 +113,7 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
                             f3(t[0]),
                         ];
                         row.extend(t[1..].iter().map(|&x| f3(x)));
+                        row.push(format!("{:.3}", t[0] / t[1]));
                         row.push(format!("{:.3}", t[0] / t[3]));
                         chunked.row(row);
                     }
@@ -121,12 +138,48 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
             "one plain call µs",
         ],
     );
-    for (what, copy, wrappers) in [
-        ("cuBLASLt 256 × 64 × 64, memop waits", false, Wrappers::StreamMemOps),
-        ("cuBLASLt 256 × 64 × 64, wait kernels", false, Wrappers::Kernels),
-        ("copy 256 × 64 bf16, wait kernels", true, Wrappers::Kernels),
+    use ChunkSignals::{Proxy, SideStream};
+    use Wrappers::{Kernels, StreamMemOps};
+    for (what, copy, wrappers, signals, on) in [
+        (
+            "cuBLASLt 256 × 64 × 64, memop waits",
+            false,
+            StreamMemOps,
+            SideStream,
+            &s,
+        ),
+        ("cuBLASLt 256 × 64 × 64, wait kernels", false, Kernels, SideStream, &s),
+        ("copy 256 × 64 bf16, wait kernels", true, Kernels, SideStream, &s),
+        (
+            "cuBLASLt 256 × 64 × 64, memop waits, proxy signals",
+            false,
+            StreamMemOps,
+            Proxy,
+            &s,
+        ),
+        (
+            "copy 256 × 64 bf16, wait kernels, proxy signals",
+            true,
+            Kernels,
+            Proxy,
+            &s,
+        ),
+        (
+            "cuBLASLt 256 × 64 × 64, memop waits, stream-wait hold",
+            false,
+            StreamMemOps,
+            SideStream,
+            &sw,
+        ),
+        (
+            "cuBLASLt 256 × 64 × 64, proxy signals, stream-wait hold",
+            false,
+            StreamMemOps,
+            Proxy,
+            &sw,
+        ),
     ] {
-        match sync_row(&dev, &lt, &s, copy, wrappers, replays) {
+        match sync_row(&dev, &lt, on, copy, wrappers, signals, replays) {
             Ok((t, plain)) => {
                 let xs = [1.0, 2.0, 4.0, 8.0, 16.0];
                 let slope = fit_slope(&xs, &t);
@@ -169,18 +222,20 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
                 chunks,
                 wrappers,
             };
-            for (name, gemm) in [
-                ("rust", PrefillGemm::Rust),
-                ("cublaslt:1", lt_with(1, Wrappers::StreamMemOps)),
-                ("cublaslt:4", lt_with(4, Wrappers::StreamMemOps)),
-                ("cublaslt:1, wait kernels", lt_with(1, Wrappers::Kernels)),
-                ("cublaslt:4, wait kernels", lt_with(4, Wrappers::Kernels)),
+            for (name, gemm, on) in [
+                ("rust", PrefillGemm::Rust, &s),
+                ("cublaslt:1", lt_with(1, StreamMemOps), &s),
+                ("cublaslt:4", lt_with(4, StreamMemOps), &s),
+                ("cublaslt:1, wait kernels", lt_with(1, Kernels), &s),
+                ("cublaslt:4, wait kernels", lt_with(4, Kernels), &s),
+                ("cublaslt:1, stream-wait hold", lt_with(1, StreamMemOps), &sw),
+                ("cublaslt:4, stream-wait hold", lt_with(4, StreamMemOps), &sw),
             ] {
                 if start.elapsed().as_secs_f64() > budget {
                     eprintln!("subkernel suite: over its budget, skipping the remaining MLP rows");
                     break 'mlp;
                 }
-                match mlp_row(&dev, &block, &s, &serial, m, &gemm, replays) {
+                match mlp_row(&dev, &block, on, &serial, m, &gemm, replays) {
                     Ok((overlap, ser, err)) => {
                         if name == "rust" {
                             rust_overlap = overlap;
@@ -211,7 +266,7 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
 fn gemm_row(
     dev: &Device,
     lt: &CublasLt,
-    s: &AsyncStream,
+    [s, sw]: [&AsyncStream; 2],
     (m, n, k): (usize, usize, usize),
     replays: usize,
 ) -> Result<Vec<f64>> {
@@ -226,30 +281,39 @@ fn gemm_row(
         })?
         .median_us,
     ];
-    for (chunks, wrappers) in CHUNKS
+    for (chunks, wrappers, signals, on) in CHUNKS
         .into_iter()
-        .map(|c| (c, Wrappers::StreamMemOps))
-        .chain([(4, Wrappers::Kernels)])
+        .map(|c| (c, Wrappers::StreamMemOps, ChunkSignals::SideStream, s))
+        .chain([
+            (4, Wrappers::Kernels, ChunkSignals::SideStream, s),
+            (1, Wrappers::StreamMemOps, ChunkSignals::Proxy, s),
+            (4, Wrappers::StreamMemOps, ChunkSignals::Proxy, s),
+            (1, Wrappers::StreamMemOps, ChunkSignals::SideStream, sw),
+            (4, Wrappers::StreamMemOps, ChunkSignals::SideStream, sw),
+        ])
     {
         let g = GemmChunks {
             chunks,
             along: GemmAxis::M,
             align: 64,
             wrappers,
+            signals,
             ..GemmChunks::default()
         };
         times.push(
-            time_graph(s, reps, replays, |s, _| {
+            time_graph(on, reps, replays, |s, _| {
                 c.rearm();
                 lt.matmul(s, &a, &w, None, &mut c, &g)
             })?
             .median_us,
         );
-        if chunks == 4 && wrappers == Wrappers::StreamMemOps {
+        if chunks == 4 {
             let (x, y) = (one.to_vec()?, c.to_vec()?);
             let err = rel_error(&y, &x.iter().map(|v| v.to_f64()).collect::<Vec<_>>());
             if err > 1e-2 {
-                eprintln!("subkernel {m}×{n}×{k}: 4 chunks differ from one call by {err:.2e}");
+                eprintln!(
+                    "subkernel {m}×{n}×{k}: 4 chunks ({wrappers:?}, {signals:?}) differ from one call by {err:.2e}"
+                );
             }
         }
     }
@@ -264,6 +328,7 @@ fn sync_row(
     s: &AsyncStream,
     copy: bool,
     wrappers: Wrappers,
+    signals: ChunkSignals,
     replays: usize,
 ) -> Result<(Vec<f64>, f64)> {
     let (m, n, k) = (256, 64, 64);
@@ -285,6 +350,7 @@ fn sync_row(
                 let cc = CopyChunks {
                     chunks,
                     align: 16,
+                    signals,
                     ..CopyChunks::default()
                 };
                 copy_rows(s, &src, &mut c, &cc)
@@ -293,6 +359,7 @@ fn sync_row(
                     chunks,
                     align: 16,
                     wrappers,
+                    signals,
                     ..GemmChunks::default()
                 };
                 lt.matmul(s, &a, &w, None, &mut c, &g)
