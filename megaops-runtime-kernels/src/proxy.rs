@@ -25,8 +25,8 @@
 //!
 //! **Release proxies.** When every data tile of the output lies inside one chunk, the
 //! chunk's side stream signals its data tiles itself (stream memory operations after the
-//! chunk, which write each one's ready value) and the AsyncStream raises the begin flag
-//! once both side streams are done. Its proxy
+//! chunk, which write each one's ready value) and the begin flag is raised by the side
+//! stream (one chunk) or the AsyncStream's lane, once every chunk is done. Its proxy
 //! (`megaops_subkernel_release_N`) then only runs step 1 and sets *go* ([`release_chunk`]):
 //! it ends before the chunk starts, and holds no SM while the chunks run. A failed input wait still sets *go*; the chunk then runs and
 //! its data tiles are signalled, and the error log names the wait that failed (the host

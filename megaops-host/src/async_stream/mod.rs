@@ -622,13 +622,14 @@ impl LaunchTarget for AsyncStream {
             for x in &self.side {
                 x.wait_event(fork)?;
             }
-            side.enqueue(&self.side)?;
+            let begin = (!launch.ctx.begin_flag.is_null()).then(|| (self.flag.addr(), launch.ctx.begin_token));
+            let raised = side.enqueue(&self.side, begin)?;
             // Joined back: the lane's later work (and a capture's end) comes after the
             // chunks.
             for x in &self.side {
                 stream.wait_event(&x.record_marker()?)?;
             }
-            if !side.launch_raises_begin() && !launch.ctx.begin_flag.is_null() {
+            if !raised && !side.launch_raises_begin() && !launch.ctx.begin_flag.is_null() {
                 // The next launch (held on another lane) may start once every chunk is
                 // done. Nothing raised the flag past this token yet: the next token's
                 // launch is held until this write, or comes after it on this lane.

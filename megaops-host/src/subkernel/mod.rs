@@ -14,8 +14,9 @@
 //! - the chunk's data tiles are signalled in one of two ways ([`ChunkSignals`]):
 //!   - *by its side stream* (the default, when every data tile of the output lies inside
 //!     one chunk): a batch of stream memory operations after the chunk writes each of its
-//!     data tiles' ready value, and the AsyncStream raises the begin flag once both side
-//!     streams are done. The proxy (`megaops_subkernel_release_N`) ends as soon as it set
+//!     data tiles' ready value, and the begin flag is raised once every chunk is done (by
+//!     the one chunk's side stream before those writes, or by the AsyncStream's lane after
+//!     joining both side streams back). The proxy (`megaops_subkernel_release_N`) ends as soon as it set
 //!     the go flags: no CTA of it stays on an SM while the chunks run;
 //!   - *by the proxy* (`megaops_subkernel_proxy_N`; any chunking): CTA `c` also waits for the
 //!     chunk's started and done flags, signals the data tiles chunk `c` wrote and raises the
@@ -32,9 +33,9 @@
 //! needs, and on the H200 a one-chunk cuBLASLt GEMM then never finished. So a consumer of a
 //! subkernel's output does not overlap it; the producers before it do (each chunk starts
 //! as soon as its rows are ready), and a subkernel consuming a MegaOps kernel overlaps it
-//! chunk by chunk. The begin flag is raised once every chunk is done: by the AsyncStream's
-//! lane after it joined the side streams back (side-stream signals), or by the proxy; the
-//! next launch waits for it by a wait kernel or by a stream memory operation
+//! chunk by chunk. The begin flag is raised once every chunk is done: by the one chunk's
+//! side stream or by the AsyncStream's lane after it joined the side streams back
+//! (side-stream signals), or by the proxy; the next launch waits for it by a wait kernel or by a stream memory operation
 //! (`AsyncOptions::subkernel_hold`). The chunks reach the SMs first in any case: their side
 //! streams have the greatest priority.
 

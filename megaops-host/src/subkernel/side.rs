@@ -17,8 +17,10 @@ pub(crate) trait SideWork: Send + Sync {
     /// Readies the work (see [`ChunkOp::prepare`]) and enqueues what must precede it on
     /// the launch's lane (clearing flags).
     fn prepare(&self, lane: &Stream, side: &[Stream; 2]) -> Result<()>;
-    /// Enqueues the work on the two side streams.
-    fn enqueue(&self, side: &[Stream; 2]) -> Result<()>;
+    /// Enqueues the work on the two side streams. `begin` is the AsyncStream's begin flag
+    /// and this launch's token when the next launch is held until this one began; returns
+    /// whether the side work raises it (once every chunk is done).
+    fn enqueue(&self, side: &[Stream; 2], begin: Option<(u64, i32)>) -> Result<bool>;
     /// Whether the launch itself raises the AsyncStream begin flag once the work is done
     /// (a proxy that waits for every chunk); otherwise the AsyncStream raises it after
     /// joining the side streams back.
@@ -84,9 +86,13 @@ impl SideWork for ChunkedWork {
         self.side_signals.is_none()
     }
 
-    fn enqueue(&self, side: &[Stream; 2]) -> Result<()> {
+    fn enqueue(&self, side: &[Stream; 2], begin: Option<(u64, i32)>) -> Result<bool> {
         let n = self.chunks.len();
         let cuda = self.device.is_cuda();
+        // One chunk: its side stream raises the begin flag right after it, before its
+        // semaphore writes (the next launch's consumers then wait for those, which need no
+        // SM). More chunks: the AsyncStream raises it after joining both side streams.
+        let raise = begin.filter(|_| n == 1 && self.side_signals.is_some());
         for c in &self.chunks {
             let lane = c.index % 2;
             let s = &side[lane];
@@ -116,15 +122,21 @@ impl SideWork for ChunkedWork {
                 s.host_op(Arc::new(move || unsafe { op.run_on_host(chunk) }))?;
             }
             match &self.side_signals {
-                // SAFETY: the output's semaphores (plain `cuMemAlloc` memory: the device
-                // allocator's) are among the launch's buffers, kept as above; each chunk
-                // is the only writer of its data tiles, so its ready value is what all the
-                // signals of a tile would add up to.
-                Some(writes) => unsafe { s.write_values(&writes[c.index])? },
+                Some(signals) => {
+                    // Nothing raised the flag past this token yet: the next token's launch
+                    // is held until this write, or comes after the join on the lane.
+                    let writes: Vec<(u64, i32)> = raise.into_iter().chain(signals[c.index].iter().copied()).collect();
+                    // SAFETY: the output's semaphores (plain `cuMemAlloc` memory: the
+                    // device allocator's) are among the launch's buffers, kept as above,
+                    // and the begin flag is the AsyncStream's; each chunk is the only
+                    // writer of its data tiles, so its ready value is what all the signals
+                    // of a tile would add up to.
+                    unsafe { s.write_values(&writes)? }
+                }
                 None => self.write(s, done, 1)?,
             }
         }
-        Ok(())
+        Ok(raise.is_some())
     }
 }
 
