@@ -629,12 +629,12 @@ impl LaunchTarget for AsyncStream {
             for x in &self.side {
                 stream.wait_event(&x.record_marker()?)?;
             }
-            if !raised && !side.launch_raises_begin() && !launch.ctx.begin_flag.is_null() {
+            if let (false, Some(write)) = (raised, begin) {
                 // The next launch (held on another lane) may start once every chunk is
                 // done. Nothing raised the flag past this token yet: the next token's
                 // launch is held until this write, or comes after it on this lane.
                 // SAFETY: the begin flag is plain device memory the AsyncStream keeps.
-                unsafe { stream.write_values(&[(self.flag.addr(), launch.ctx.begin_token)])? };
+                unsafe { stream.write_values(&[write])? };
             }
             // The operands stay allocated, and plain tensors' later users wait, until the
             // chunks are done (the proxy may end before they start).

@@ -18,13 +18,11 @@ pub(crate) trait SideWork: Send + Sync {
     /// the launch's lane (clearing flags).
     fn prepare(&self, lane: &Stream, side: &[Stream; 2]) -> Result<()>;
     /// Enqueues the work on the two side streams. `begin` is the AsyncStream's begin flag
-    /// and this launch's token when the next launch is held until this one began; returns
-    /// whether the side work raises it (once every chunk is done).
+    /// and this launch's token when the next launch is held until this one began. Returns
+    /// whether the flag is raised once every chunk is done without the AsyncStream (by the
+    /// side streams, or by a proxy that waits for every chunk); otherwise the AsyncStream
+    /// raises it after joining the side streams back.
     fn enqueue(&self, side: &[Stream; 2], begin: Option<(u64, i32)>) -> Result<bool>;
-    /// Whether the launch itself raises the AsyncStream begin flag once the work is done
-    /// (a proxy that waits for every chunk); otherwise the AsyncStream raises it after
-    /// joining the side streams back.
-    fn launch_raises_begin(&self) -> bool;
 }
 
 /// The chunks of one subkernel launch.
@@ -82,10 +80,6 @@ impl SideWork for ChunkedWork {
         lane.fill_words(&self.flags, 0, self.flags.len() / 4, 0)
     }
 
-    fn launch_raises_begin(&self) -> bool {
-        self.side_signals.is_none()
-    }
-
     fn enqueue(&self, side: &[Stream; 2], begin: Option<(u64, i32)>) -> Result<bool> {
         let n = self.chunks.len();
         let cuda = self.device.is_cuda();
@@ -136,7 +130,7 @@ impl SideWork for ChunkedWork {
                 None => self.write(s, done, 1)?,
             }
         }
-        Ok(raise.is_some())
+        Ok(raise.is_some() || self.side_signals.is_none())
     }
 }
 
