@@ -145,108 +145,37 @@ mod entries {
         unsafe { wait_word(word, target, tensor_id, sem_index, ctx) }
     }
 
-    #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn megaops_subkernel_proxy_0(args: ProxyArgs, ctx: KernelCtx, out: TileSync) {
-        // SAFETY (every proxy entry): the runtime passes the flags, context and syncs of one
-        // subkernel launch, inputs first, each at its span's index.
-        unsafe { finish_chunk(&args, &ctx, true, &out, 0) }
+    /// The proxy entry and the release-proxy entry of subkernels with the listed inputs
+    /// (`input => its span index`), the output's span index last.
+    ///
+    /// SAFETY (every entry): the runtime passes the flags, context and syncs of one
+    /// subkernel launch, inputs first, each at its span's index; a release proxy's output
+    /// sync is unused (the side streams signal it).
+    macro_rules! subkernel_entries {
+        ($proxy:ident, $release:ident, [$($input:ident => $i:expr),*], $out:expr) => {
+            #[unsafe(no_mangle)]
+            pub unsafe extern "ptx-kernel" fn $proxy(args: ProxyArgs, ctx: KernelCtx, $($input: TileSync,)* out: TileSync) {
+                unsafe {
+                    let ok = true $(&& wait_chunk_input(&args, &ctx, $i, &$input))*;
+                    finish_chunk(&args, &ctx, ok, &out, $out)
+                }
+            }
+
+            #[unsafe(no_mangle)]
+            pub unsafe extern "ptx-kernel" fn $release(args: ProxyArgs, ctx: KernelCtx, $($input: TileSync,)* _out: TileSync) {
+                let _ = &ctx;
+                unsafe {
+                    let _ = true $(&& wait_chunk_input(&args, &ctx, $i, &$input))*;
+                    release_chunk(&args)
+                }
+            }
+        };
     }
 
-    #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn megaops_subkernel_proxy_1(
-        args: ProxyArgs,
-        ctx: KernelCtx,
-        a: TileSync,
-        out: TileSync,
-    ) {
-        unsafe {
-            let ok = wait_chunk_input(&args, &ctx, 0, &a);
-            finish_chunk(&args, &ctx, ok, &out, 1)
-        }
-    }
-
-    #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn megaops_subkernel_proxy_2(
-        args: ProxyArgs,
-        ctx: KernelCtx,
-        a: TileSync,
-        b: TileSync,
-        out: TileSync,
-    ) {
-        unsafe {
-            let ok = wait_chunk_input(&args, &ctx, 0, &a) && wait_chunk_input(&args, &ctx, 1, &b);
-            finish_chunk(&args, &ctx, ok, &out, 2)
-        }
-    }
-
-    #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn megaops_subkernel_proxy_3(
-        args: ProxyArgs,
-        ctx: KernelCtx,
-        a: TileSync,
-        b: TileSync,
-        c: TileSync,
-        out: TileSync,
-    ) {
-        unsafe {
-            let ok = wait_chunk_input(&args, &ctx, 0, &a)
-                && wait_chunk_input(&args, &ctx, 1, &b)
-                && wait_chunk_input(&args, &ctx, 2, &c);
-            finish_chunk(&args, &ctx, ok, &out, 3)
-        }
-    }
-
-    #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn megaops_subkernel_release_0(args: ProxyArgs, _ctx: KernelCtx, _out: TileSync) {
-        // SAFETY (every release entry): the runtime passes the go flags, context and syncs
-        // of one subkernel launch, inputs first, each at its span's index (the output's
-        // sync is unused: the side streams signal it).
-        unsafe { release_chunk(&args) }
-    }
-
-    #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn megaops_subkernel_release_1(
-        args: ProxyArgs,
-        ctx: KernelCtx,
-        a: TileSync,
-        _out: TileSync,
-    ) {
-        unsafe {
-            let _ = wait_chunk_input(&args, &ctx, 0, &a);
-            release_chunk(&args)
-        }
-    }
-
-    #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn megaops_subkernel_release_2(
-        args: ProxyArgs,
-        ctx: KernelCtx,
-        a: TileSync,
-        b: TileSync,
-        _out: TileSync,
-    ) {
-        unsafe {
-            let _ = wait_chunk_input(&args, &ctx, 0, &a) && wait_chunk_input(&args, &ctx, 1, &b);
-            release_chunk(&args)
-        }
-    }
-
-    #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn megaops_subkernel_release_3(
-        args: ProxyArgs,
-        ctx: KernelCtx,
-        a: TileSync,
-        b: TileSync,
-        c: TileSync,
-        _out: TileSync,
-    ) {
-        unsafe {
-            let _ = wait_chunk_input(&args, &ctx, 0, &a)
-                && wait_chunk_input(&args, &ctx, 1, &b)
-                && wait_chunk_input(&args, &ctx, 2, &c);
-            release_chunk(&args)
-        }
-    }
+    subkernel_entries!(megaops_subkernel_proxy_0, megaops_subkernel_release_0, [], 0);
+    subkernel_entries!(megaops_subkernel_proxy_1, megaops_subkernel_release_1, [a => 0], 1);
+    subkernel_entries!(megaops_subkernel_proxy_2, megaops_subkernel_release_2, [a => 0, b => 1], 2);
+    subkernel_entries!(megaops_subkernel_proxy_3, megaops_subkernel_release_3, [a => 0, b => 1, c => 2], 3);
 
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn megaops_wait_begin(flag: *const i32, token: i32, ctx: KernelCtx) {
