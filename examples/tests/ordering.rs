@@ -167,6 +167,50 @@ fn a_plain_stream_reproducer_waits_for_an_async_stream_consumer() -> Result<()> 
 
 // ---- The same on the GPU (skipped with a reason when there is none) ----
 
+/// A graph dropped while its replays are still queued (behind a busy kernel) keeps the
+/// memory its kernels use until they are done. Here that is an input made and dropped
+/// inside the capture: freed early, it would be handed out to (and overwritten by) the
+/// tensors allocated right after the drop. Returns the replays' row sums.
+fn graph_dropped_with_queued_replays(dev: &Device, m: u32, n: u32, busy_ns: u64) -> Result<Vec<f32>> {
+    let s = AsyncStream::new(dev, 2)?;
+    let mut sums = Tensor::<f32>::full(dev, &[m as usize], f32::NAN)?;
+    let graph = s.capture(|s| {
+        let mut y = Tiled::<f32, DynRows>::new(dev, &[m as usize, n as usize], DynRows(8), "y")?;
+        produce::launch(s, &mut y, m, n, 9, 0)?;
+        row_sums::launch(s, &y, &mut sums, m, n)
+    })?;
+    busy::launch(&s, busy_ns, 1)?;
+    graph.launch(&s)?;
+    graph.launch(&s)?;
+    drop(graph);
+    let junk = (0..32)
+        .map(|_| Tensor::<f32>::full(dev, &[(m * n) as usize], 7.0))
+        .collect::<Result<Vec<_>>>()?;
+    s.synchronize()?;
+    drop(junk);
+    sums.to_vec()
+}
+
+#[test]
+fn a_graph_dropped_with_queued_replays_keeps_their_memory() -> Result<()> {
+    for seed in 0..3 {
+        let sums = graph_dropped_with_queued_replays(&cpu_device(seed)?, 24, 16, 2_000_000)?;
+        assert_sums("replays of a dropped graph", &sums, 24, 16, 9);
+    }
+    Ok(())
+}
+
+#[test]
+fn gpu_a_graph_dropped_with_queued_replays_keeps_their_memory() -> Result<()> {
+    let Some(dev) = gpu_or_skip("gpu_a_graph_dropped_with_queued_replays") else {
+        return Ok(());
+    };
+    dev.preload(&megaops_examples::__MEGAOPS_PTX)?;
+    let sums = graph_dropped_with_queued_replays(&dev, 4096, 64, 20_000_000)?;
+    assert_sums("gpu: replays of a dropped graph", &sums, 4096, 64, 9);
+    Ok(())
+}
+
 #[test]
 fn gpu_a_captured_output_refuses_eager_reads_until_a_replay_produced_it() -> Result<()> {
     let Some(dev) = gpu_or_skip("gpu_a_captured_output_refuses_eager_reads") else {

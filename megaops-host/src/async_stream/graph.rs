@@ -9,18 +9,22 @@ use crate::launch::{LaunchTarget as _, TiledHandle};
 use crate::mutex::lock;
 use crate::order::{self, TiledUse};
 use crate::runtime;
+use crate::stream::Event;
 use crate::tiled::{Phase, TiledState};
 use megaops_device::sync::EPOCH_STRIDE;
 use megaops_runtime_kernels::FillSpan;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// A replayable program recorded by [`AsyncStream::capture`]: a CUDA graph on a GPU, the
-/// virtual GPU's graph on the CPU backend. It keeps every buffer it uses alive.
+/// virtual GPU's graph on the CPU backend. It keeps every buffer it uses alive; dropping
+/// it waits for its last replay to finish, so queued replays never run on freed memory.
 pub struct Graph {
     device: Device,
     body: Box<dyn GraphBackend>,
     restores: Vec<SemaphoreRestore>,
     _buffers: Vec<Arc<Buffer>>,
+    /// Completes when the last replay queued so far has finished.
+    last_replay: Mutex<Option<Arc<Event>>>,
 }
 
 /// A `Tiled` tensor the graph produces: the semaphore value its captured launches count
@@ -70,6 +74,7 @@ impl Graph {
             body,
             restores,
             _buffers: buffers,
+            last_replay: Mutex::new(None),
         }
     }
 
@@ -113,7 +118,9 @@ impl Graph {
         // in `keep`.
         unsafe { runtime::fill_spans(s0, &spans, &keep)? };
         s0.launch_graph(self.body.as_ref())?;
-        order::record(&uses, on.key(), &Arc::new(s0.record_marker()?));
+        let done = Arc::new(s0.record_marker()?);
+        order::record(&uses, on.key(), &done);
+        *lock(&self.last_replay) = Some(done);
         on.wait_on(s0)?;
         // The next eager launch runs after the whole replay: it must not wait for the
         // begin flag of a launch made before it (the graph resets the flag).
@@ -130,5 +137,16 @@ impl Graph {
     /// Uploads the graph's resources so the first replay does not pay for it (GPU only).
     pub fn upload(&self) -> Result<()> {
         self.body.upload()
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // The executable graph and the buffers its kernels use must outlive every queued
+        // replay. A failed wait has already been reported by the device (its error log,
+        // the stream's failure); the graph is released after it either way.
+        if let Some(done) = lock(&self.last_replay).take() {
+            let _ = done.synchronize();
+        }
     }
 }
