@@ -173,7 +173,7 @@ pub struct Bench {
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     pub batches: Vec<usize>,
     /// Modes: overlapped, serial (same kernels, no overlap), eager (no graph). The
-    /// prefill workload runs overlapped and serial (it is never a graph).
+    /// graph modes capture the prefill and the decode step once each and time replays.
     #[arg(long, value_delimiter = ',', default_value = "overlapped,serial,eager")]
     pub modes: Vec<String>,
     /// Streams of the overlapping AsyncStream (default: the tuned plan's, else 2).

@@ -48,17 +48,14 @@ pub fn run_bench(b: Bench) -> Result<()> {
         .iter()
         .flat_map(|&w| b.batches.iter().map(move |&batch| (w, batch)))
         .flat_map(|(w, batch)| {
-            modes
-                .iter()
-                .filter(move |&&m| !(w == Workload::Prefill && m == Mode::Eager))
-                .map(move |&m| BenchSpec {
-                    prompt_len: b.prompt_len,
-                    new_tokens: b.new_tokens,
-                    prefill_reps: b.prefill_reps,
-                    seed: b.seed,
-                    prefill_gemm: b.prefill_gemm,
-                    ..BenchSpec::new(w, batch, m)
-                })
+            modes.iter().map(move |&m| BenchSpec {
+                prompt_len: b.prompt_len,
+                new_tokens: b.new_tokens,
+                prefill_reps: b.prefill_reps,
+                seed: b.seed,
+                prefill_gemm: b.prefill_gemm,
+                ..BenchSpec::new(w, batch, m)
+            })
         })
         .collect();
     for src in &sources {

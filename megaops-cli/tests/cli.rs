@@ -216,7 +216,7 @@ fn bench_writes_one_json_row_per_run() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
         .collect();
-    // Decode in three modes; the prefill (never a graph) overlapped and serial.
+    // Decode and prefill in three modes; the graph modes replay a captured prefill.
     let runs: Vec<(String, String)> = rows
         .iter()
         .map(|r| {
@@ -232,6 +232,7 @@ fn bench_writes_one_json_row_per_run() {
         ("short-decode", "eager"),
         ("prefill", "overlapped"),
         ("prefill", "serial"),
+        ("prefill", "eager"),
     ];
     assert_eq!(runs, expected.map(|(w, m)| (w.to_string(), m.to_string())).to_vec());
     for r in &rows {
@@ -239,6 +240,7 @@ fn bench_writes_one_json_row_per_run() {
         assert_eq!(r["batch"], 2);
         assert_eq!(r["prompt_len"], 4);
         assert!(r["prefill_ms"].as_f64().is_some_and(|t| t > 0.0), "{r}");
+        assert_eq!(r["prefill_graph"], r["mode"] != "eager", "{r}");
         assert!(r["tokens_per_s"].as_f64().is_some_and(|t| t > 0.0), "{r}");
         if r["workload"] == "prefill" {
             assert!(r["step_ms"].is_null(), "{r}");

@@ -67,11 +67,12 @@ impl Workload {
 /// How the kernels of a step are run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
-    /// Overlapped on an [`AsyncStream`] of several streams, the decode step a graph.
+    /// Overlapped on an [`AsyncStream`] of several streams; the prefill and the decode
+    /// step are each captured once as a graph and replayed.
     Overlapped,
-    /// The same kernels one after another ([`AsyncStream::serial`]), the step a graph.
+    /// The same kernels one after another ([`AsyncStream::serial`]), as graphs.
     Serial,
-    /// Overlapped, but every decode step launched eagerly (no graph).
+    /// Overlapped, but every prefill and decode step launched eagerly (no graph).
     Eager,
 }
 
@@ -184,8 +185,10 @@ pub struct BenchRow {
     pub step_gbps: Option<f64>,
     /// `step_gbps` over `read_gbps`.
     pub mbu: Option<f64>,
-    /// Median prefill of the prompts, ms.
+    /// Median prefill of the prompts, ms (graph replays in the graph modes).
     pub prefill_ms: f64,
+    /// Whether the prefill was timed as replays of a captured graph.
+    pub prefill_graph: bool,
     /// The device's pure-read bandwidth measured in the same run, GB/s.
     pub read_gbps: Option<f64>,
     /// `cuda-events` or `wall` (CPU backend).
@@ -312,19 +315,28 @@ pub fn run(
     let mut prefill = session.prefill_inputs_with(&prompts, &prefill_plan)?;
     prefill.set_gemm(&crate::layers::PrefillGemm::new(&device, spec.prefill_gemm)?);
 
-    // One untimed prefill (module loading, first-touch), then the timed ones.
+    // One untimed prefill (module loading, first-touch), then the timed ones: replays of
+    // one captured prefill in the graph modes, launches in eager mode.
     session.prefill(&on, &mut prefill)?;
     on.synchronize()?;
+    let prefill_graph = match spec.mode {
+        Mode::Eager => None,
+        Mode::Overlapped | Mode::Serial => Some(session.capture_prefill(&on, &mut prefill)?),
+    };
     let mut prefill_times = Vec::new();
     for _ in 0..spec.prefill_reps.max(1) {
         let a = mark(&on)?;
-        session.prefill(&on, &mut prefill)?;
+        match &prefill_graph {
+            Some(g) => g.launch(&on)?,
+            None => session.prefill(&on, &mut prefill)?,
+        }
         let b = mark(&on)?;
         on.synchronize()?;
         prefill_times.push(elapsed_ms(&a, &b)?);
     }
     let (prefill_ms, _, _) = percentiles(prefill_times).unwrap_or((f64::NAN, f64::NAN, f64::NAN));
     let first = prefill.pass().next_ids().tensor().to_vec()?;
+    drop(prefill_graph);
     drop(prefill);
 
     let mut step_times = Vec::new();
@@ -368,6 +380,7 @@ pub fn run(
         step_gbps,
         mbu: step_gbps.zip(read_gbps).map(|(s, r)| s / r),
         prefill_ms,
+        prefill_graph: spec.mode != Mode::Eager,
         read_gbps,
         timing: if device.is_cuda() { "cuda-events" } else { "wall" }.into(),
         prefill_gemm: spec.prefill_gemm.name(),

@@ -286,6 +286,12 @@ impl<'m> Session<'m> {
         self.lm.forward(on, &p.ids, &mut self.caches, &pos, &mut p.pass)
     }
 
+    /// Captures the prefill of `p` as a graph; each replay runs it again on the uploaded
+    /// prompts (the same cache rows, the same first tokens).
+    pub fn capture_prefill(&mut self, on: &AsyncStream, p: &mut Prefill) -> Result<Graph> {
+        capture_graph(on, |s| self.prefill(s, p))
+    }
+
     /// A decode loop after the prefill, feeding `first` (one id per sequence) to its first
     /// step; it runs at most `max_new_tokens - 1` steps.
     pub fn decoder(&mut self, first: &[u32]) -> Result<Decoder<'_, 'm>> {
@@ -388,18 +394,7 @@ impl Decoder<'_, '_> {
 
     /// Captures one decode step as a graph; each replay runs the next step.
     pub fn capture(&mut self, on: &AsyncStream) -> Result<Graph> {
-        let mut captured = Err(ModelError::Request("capture did not run".into()));
-        let g = on.capture(|s| {
-            captured = self.step(s);
-            captured
-                .as_ref()
-                .map(|_| ())
-                .map_err(|e| megaops::Error::Invalid(e.to_string()))
-        });
-        captured?;
-        let g = g?;
-        g.upload()?;
-        Ok(g)
+        capture_graph(on, |s| self.step(s))
     }
 
     /// The step's pass: [`Pass::next_ids`] and [`Pass::logits`] of the last step run.
@@ -521,4 +516,21 @@ pub fn generate(
         device.take_trace()?;
     }
     Ok(out)
+}
+
+/// Captures what `enqueue` enqueues on `on` as a graph and uploads it; an engine error
+/// inside the capture is returned as itself.
+fn capture_graph(on: &AsyncStream, mut enqueue: impl FnMut(&AsyncStream) -> Result<()>) -> Result<Graph> {
+    let mut captured = Err(ModelError::Request("capture did not run".into()));
+    let g = on.capture(|s| {
+        captured = enqueue(s);
+        captured
+            .as_ref()
+            .map(|_| ())
+            .map_err(|e| megaops::Error::Invalid(e.to_string()))
+    });
+    captured?;
+    let g = g?;
+    g.upload()?;
+    Ok(g)
 }

@@ -8,10 +8,10 @@ mod common;
 use common::reference::Reference;
 use megaops::testing::{cpu_device, fresh_seed};
 use megaops::{AsyncStream, Device};
-use megaops_models::layers::GemmBackend;
+use megaops_models::layers::{GemmBackend, PrefillGemm};
 use megaops_models::presets::{self, RandomWeights};
 use megaops_models::tune::{Release, Site, SiteChoice, StepPlan};
-use megaops_models::{CausalLm, Config, GenerateOptions, ModelError, generate};
+use megaops_models::{CausalLm, Config, GenerateOptions, ModelError, Session, generate};
 
 fn load(dev: &Device, name: &str, seed: u64) -> (Config, RandomWeights, CausalLm) {
     let config = presets::preset(name).expect("preset");
@@ -349,6 +349,55 @@ fn a_cublaslt_prefill_generates_what_the_reference_does() {
             StepPlan::default(),
             GemmBackend::CublasLt { chunks },
         );
+    }
+}
+
+/// A captured prefill replays what the eager one computes, bit for bit: the first tokens,
+/// their logits and the keys and values the decode steps read next (generated tokens and
+/// logits after the prefill), with the Rust GEMMs and with cuBLASLt subkernels.
+#[test]
+fn a_captured_prefill_replays_the_eager_one() {
+    let seed = fresh_seed("a_captured_prefill_replays_the_eager_one");
+    let dev = cpu_device(seed).expect("cpu device");
+    let (_, _, lm) = load(&dev, "tiny-llama", seed);
+    let prompts: Vec<Vec<u32>> = vec![
+        (0..21).map(|i| (i * 37 + 5) % 331).collect(),
+        (0..21).map(|i| (i * 11 + 300) % 331).collect(),
+    ];
+    for gemm in [GemmBackend::Rust, GemmBackend::CublasLt { chunks: 3 }] {
+        let on = AsyncStream::new(&dev, 2).expect("stream");
+        // (first ids, prefill logits, the next two steps' logits).
+        let run = |graph: bool| {
+            let mut session = Session::new(&lm, prompts.len(), 21, 3).expect("session");
+            let mut prefill = session.prefill_inputs(&prompts).expect("prefill inputs");
+            prefill.set_gemm(&PrefillGemm::new(&dev, gemm).expect("gemm"));
+            if graph {
+                let g = session.capture_prefill(&on, &mut prefill).expect("capture");
+                // Two replays back to back, and the graph dropped while they are queued.
+                g.launch(&on).expect("replay");
+                g.launch(&on).expect("replay");
+            } else {
+                session.prefill(&on, &mut prefill).expect("prefill");
+            }
+            on.synchronize().expect("sync");
+            let first = prefill.pass().next_ids().tensor().to_vec().expect("ids");
+            let logits = prefill.pass().logits().tensor().to_vec().expect("logits");
+            drop(prefill);
+            let mut decoder = session.decoder(&first).expect("decoder");
+            let mut steps = Vec::new();
+            for _ in 0..decoder.max_steps() {
+                decoder.step(&on).expect("step");
+                on.synchronize().expect("sync");
+                steps.push(decoder.pass().logits().tensor().to_vec().expect("logits"));
+            }
+            (first, logits, steps)
+        };
+        let eager = run(false);
+        let replayed = run(true);
+        assert_eq!(eager.0, replayed.0, "{gemm:?}: first tokens");
+        assert_eq!(eager.1, replayed.1, "{gemm:?}: prefill logits");
+        assert_eq!(eager.2.len(), 2);
+        assert_eq!(eager.2, replayed.2, "{gemm:?}: decode steps after the prefill");
     }
 }
 
