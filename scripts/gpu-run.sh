@@ -5,8 +5,10 @@
 # last. Usage: [TESTS="bin ..."] gpu-run.sh [tests|bench|all|engine|e2e|trace|sweep|nvtx|tune|compare] [suite:seconds ...]
 #   engine: TESTS' GPU tests beside bench/hf_compare.py (HF_ARGS, HF_TIMEOUT), then
 #   end-to-end generations of E2E_PRESETS overlapped and with --no-overlap.
-#   e2e: `megaops bench $E2E_ARGS` (E2E_TIMEOUT) into $OUT/e2e.jsonl, then
-#   torch_baseline.py $TORCH_ARGS (TORCH_TIMEOUT; skipped when TORCH_ARGS=none) with the
+#   e2e: `megaops bench` once per ';'-separated argument set of E2E_ARGS (E2E_TIMEOUT
+#   each) into $OUT/e2e.jsonl, then
+#   torch_baseline.py once per ';'-separated set of TORCH_ARGS (TORCH_TIMEOUT each;
+#   skipped when TORCH_ARGS=none) with the
 #   read bandwidth megaops measured, into $OUT/torch.jsonl; TESTS' GPU tests first;
 #   with BREAKDOWN_ARGS, `megaops bench --breakdown $BREAKDOWN_ARGS` after the bench.
 #   trace: TESTS' GPU tests, then `megaops generate --trace` for each of TRACE_PRESETS
@@ -127,17 +129,33 @@ fi
 if [ "$what" = e2e ]; then
   mkdir -p "$OUT/e2e"
   named_gpu_tests "$OUT/e2e"
-  timeout -k 5 "${E2E_TIMEOUT:-300}" ./megaops bench ${E2E_ARGS:-} --json "$OUT/e2e.jsonl" > "$OUT/e2e/bench.md" 2> "$OUT/e2e/bench.err"
-  echo "megaops bench: rc=$? at +$(( $(date +%s) - t0 ))s $(tail -1 "$OUT/e2e/bench.err")" >> "$summary"
+  # Each ';'-separated argument set of E2E_ARGS is one `megaops bench` run (E2E_TIMEOUT
+  # each); their rows are concatenated into $OUT/e2e.jsonl.
+  IFS=';' read -r -a e2e_sets <<< "${E2E_ARGS:-}"
+  [ ${#e2e_sets[@]} -eq 0 ] && e2e_sets=("")
+  : > "$OUT/e2e.jsonl"; : > "$OUT/e2e/bench.md"; : > "$OUT/e2e/bench.err"
+  i=0
+  for set in "${e2e_sets[@]}"; do
+    timeout -k 5 "${E2E_TIMEOUT:-300}" ./megaops bench $set --json "$OUT/e2e/bench-$i.jsonl" >> "$OUT/e2e/bench.md" 2>> "$OUT/e2e/bench.err"
+    echo "megaops bench $set: rc=$? at +$(( $(date +%s) - t0 ))s $(tail -1 "$OUT/e2e/bench.err")" >> "$summary"
+    cat "$OUT/e2e/bench-$i.jsonl" >> "$OUT/e2e.jsonl" 2>/dev/null
+    i=$((i + 1))
+  done
   if [ -n "${BREAKDOWN_ARGS:-}" ]; then
     timeout -k 5 "${BREAKDOWN_TIMEOUT:-120}" ./megaops bench --breakdown $BREAKDOWN_ARGS --json "$OUT/breakdown.jsonl" > "$OUT/e2e/breakdown.md" 2> "$OUT/e2e/breakdown.err"
     echo "megaops bench --breakdown: rc=$? at +$(( $(date +%s) - t0 ))s $(tail -1 "$OUT/e2e/breakdown.err")" >> "$summary"
   fi
   if [ "${TORCH_ARGS:-}" != none ]; then
     read_gbps=$(python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(next((x["read_gbps"] for x in r if x.get("read_gbps")), ""))' "$OUT/e2e.jsonl" 2>/dev/null)
-    PYTHONUNBUFFERED=1 timeout -k 5 "${TORCH_TIMEOUT:-300}" python3 torch_baseline.py --megaops ./megaops \
-      ${read_gbps:+--read-gbps $read_gbps} ${TORCH_ARGS:-} --json "$OUT/torch.jsonl" > "$OUT/e2e/torch.log" 2>&1
-    echo "torch_baseline: rc=$? at +$(( $(date +%s) - t0 ))s $(grep -a -v '^{' "$OUT/e2e/torch.log" | tail -2 | tr '\n' ' ')" >> "$summary"
+    # As E2E_ARGS: one torch_baseline.py run per ';'-separated set (TORCH_TIMEOUT each).
+    IFS=';' read -r -a torch_sets <<< "${TORCH_ARGS:-}"
+    [ ${#torch_sets[@]} -eq 0 ] && torch_sets=("")
+    : > "$OUT/e2e/torch.log"
+    for set in "${torch_sets[@]}"; do
+      PYTHONUNBUFFERED=1 timeout -k 5 "${TORCH_TIMEOUT:-300}" python3 torch_baseline.py --megaops ./megaops \
+        ${read_gbps:+--read-gbps $read_gbps} $set --json "$OUT/torch.jsonl" >> "$OUT/e2e/torch.log" 2>&1
+      echo "torch_baseline $set: rc=$? at +$(( $(date +%s) - t0 ))s $(grep -a -v '^{' "$OUT/e2e/torch.log" | tail -2 | tr '\n' ' ')" >> "$summary"
+    done
   fi
   cat "$OUT/e2e/bench.md" >> "$summary"
   python3 -c '
