@@ -336,6 +336,7 @@ pub fn run(
     }
     let (prefill_ms, _, _) = percentiles(prefill_times).unwrap_or((f64::NAN, f64::NAN, f64::NAN));
     let first = prefill.pass().next_ids().tensor().to_vec()?;
+    let prefill_replayed = prefill_graph.is_some();
     drop(prefill_graph);
     drop(prefill);
 
@@ -380,7 +381,7 @@ pub fn run(
         step_gbps,
         mbu: step_gbps.zip(read_gbps).map(|(s, r)| s / r),
         prefill_ms,
-        prefill_graph: spec.mode != Mode::Eager,
+        prefill_graph: prefill_replayed,
         read_gbps,
         timing: if device.is_cuda() { "cuda-events" } else { "wall" }.into(),
         prefill_gemm: spec.prefill_gemm.name(),
