@@ -1,8 +1,8 @@
 //! Tile traces on the CPU backend (and, when a GPU is present, on the GPU): every tile of
 //! a traced launch is recorded once with start ≤ wait end ≤ end, a consumer tile's wait
 //! ends after the ends of the producer tiles it reads, untraced launches record nothing,
-//! captured graphs record at every replay, the Perfetto export is well formed and the
-//! exposed-time breakdown adds up.
+//! captured graphs record at every replay, the Perfetto export is well formed, and the
+//! exposed-time breakdown and the boundary phases add up.
 
 use megaops::testing::{cpu_device, gpu_or_skip};
 use megaops::{AsyncStream, Device, DynRows, Error, LaunchOptions, Result, Tensor, Tiled, Trace};
@@ -169,6 +169,30 @@ fn check_breakdown(trace: &Trace) {
     assert!(b.to_string().contains("exposed µs"), "{b}");
 }
 
+/// The stencil's one boundary: it waits on produce, and its phases add up to the time
+/// from produce's last tile end to its own last tile end.
+fn check_boundaries(trace: &Trace) {
+    let b = trace.boundaries();
+    assert_eq!(b.boundaries.len(), 1, "{b}");
+    let s = &b.boundaries[0];
+    assert_eq!(s.operator, "next_row_stencil[BM=4]");
+    let end = |k: &str| {
+        trace
+            .tiles
+            .iter()
+            .filter(|t| trace.launch(t.launch_id).is_some_and(|l| l.kernel == k))
+            .map(|t| t.end_ns)
+            .max()
+            .expect("tiles")
+    };
+    assert_eq!(s.producers_end_ns, end("produce"));
+    assert_eq!(s.end_ns, end("next_row_stencil"));
+    assert_eq!(s.launch_ns() + s.hop_ns() + s.run_ns(), s.gap_ns());
+    assert!(s.launch_ns() >= 0 && s.run_ns() >= 0, "{s:?}");
+    assert_eq!(b.operators[0].count, 1);
+    assert!(b.to_string().contains("Σgap"), "{b}");
+}
+
 #[test]
 fn traced_tiles_are_recorded_once_in_dependency_order() -> Result<()> {
     for seed in 0..4 {
@@ -180,6 +204,7 @@ fn traced_tiles_are_recorded_once_in_dependency_order() -> Result<()> {
         check_trace(&trace);
         check_perfetto(&trace);
         check_breakdown(&trace);
+        check_boundaries(&trace);
         // take_trace emptied the log; the same seed gives the same trace.
         assert!(dev.take_trace()?.tiles.is_empty());
         let again = cpu_device(seed)?;
@@ -302,6 +327,7 @@ fn gpu_trace_of_a_producer_consumer_chain() -> Result<()> {
         check_trace(&trace);
         check_perfetto(&trace);
         check_breakdown(&trace);
+        check_boundaries(&trace);
     }
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! `--trace DIR`: a tile trace written as Perfetto JSON, a timeline PNG and a per-operator
-//! exposed-time chart (PNG), with the breakdown table on the terminal.
+//! exposed-time chart (PNG), with the breakdown and boundary tables on the terminal.
 
 use megaops::Trace;
 use megaops::trace::exposed::Breakdown;
@@ -14,7 +14,7 @@ static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 const CHART_OPERATORS: usize = 24;
 
 /// Writes `DIR/NAME.json`, `DIR/NAME-timeline.png` and `DIR/NAME-breakdown.png` for
-/// `trace`, and prints its breakdown (to stderr when `quiet_stdout`, e.g. under `--json`).
+/// `trace`, and prints its breakdown and its boundaries (to stderr when `quiet_stdout`, e.g. under `--json`).
 pub fn write(dir: &Path, name: &str, title: &str, trace: &Trace, quiet_stdout: bool) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
     let json = dir.join(format!("{name}.json"));
@@ -29,7 +29,7 @@ pub fn write(dir: &Path, name: &str, title: &str, trace: &Trace, quiet_stdout: b
         Err(p) => format!("CHECK FAILED ({} problems):\n  {}", p.len(), p.join("\n  ")),
     };
     let text = format!(
-        "== {title}: {} tiles of {} launches{} ==\n{breakdown}\n{checked}\nwrote {}, {}, {}",
+        "== {title}: {} tiles of {} launches{} ==\n{breakdown}\n{}\n{checked}\nwrote {}, {}, {}",
         trace.tiles.len(),
         trace.launches.len(),
         if trace.dropped > 0 {
@@ -37,6 +37,7 @@ pub fn write(dir: &Path, name: &str, title: &str, trace: &Trace, quiet_stdout: b
         } else {
             String::new()
         },
+        trace.boundaries(),
         json.display(),
         timeline.display(),
         chart.display()

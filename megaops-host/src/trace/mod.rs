@@ -14,7 +14,10 @@
 //!
 //! - [`perfetto`]: the Chrome-trace / Perfetto JSON of a trace.
 //! - [`exposed`]: per-operator time alone on the GPU vs overlapped with other operators.
+//! - [`boundary`]: per kernel boundary, the launch, hop and run phases after the producers
+//!   ended.
 
+pub mod boundary;
 pub mod exposed;
 pub mod perfetto;
 
