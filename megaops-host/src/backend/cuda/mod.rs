@@ -38,6 +38,9 @@ pub(crate) struct CudaDevice {
 struct LoadedModule {
     module: sys::CUmodule,
     arch: &'static str,
+    /// The module's launches may be programmatic (see
+    /// [`CudaDevice::programmatic_launches`]), decided once at load.
+    programmatic: bool,
     functions: Mutex<HashMap<&'static str, LoadedFunction>>,
 }
 
@@ -114,13 +117,7 @@ impl CudaDevice {
     /// PTX loaded for it is of sm_90 or later, so every macro kernel begins with
     /// `griddepcontrol.wait` (see `megaops_device::griddep`).
     pub fn programmatic_launches(&self, module: &'static PtxModule) -> Result<bool> {
-        let arch = self.module(module)?.arch;
-        let n: u32 = arch
-            .trim_start_matches("sm_")
-            .trim_end_matches('a')
-            .parse()
-            .unwrap_or(0);
-        Ok(self.cc.0 >= 9 && n >= 90)
+        Ok(self.module(module)?.programmatic)
     }
 
     /// Binds the context to the calling thread.
@@ -219,9 +216,15 @@ impl CudaDevice {
                     .ctx(|| format!("loading the functions of `{}`", module.name))?;
             }
         }
+        let arch_number: u32 = arch
+            .trim_start_matches("sm_")
+            .trim_end_matches('a')
+            .parse()
+            .unwrap_or(0);
         let loaded = Arc::new(LoadedModule {
             module: m,
             arch,
+            programmatic: self.cc.0 >= 9 && arch_number >= 90,
             functions: Mutex::new(HashMap::new()),
         });
         lock(&self.modules).insert(module.key(), loaded.clone());
