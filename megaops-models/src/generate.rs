@@ -267,7 +267,7 @@ impl<'m> Session<'m> {
             lens: Tensor::from_slice(device, &[batch], &vec![seq as u32; batch])?,
             pass: {
                 let mut pass = Pass::new(self.lm, AttentionKind::Prefill, batch, seq, PassLayout::default())?;
-                pass.set_plan(plan);
+                pass.set_plan(plan)?;
                 pass
             },
         })
@@ -343,7 +343,7 @@ impl<'m> Session<'m> {
             tiles: plan.decode_tiles(),
         };
         let mut pass = Pass::new(self.lm, AttentionKind::Decode, batch, 1, layout)?;
-        pass.set_plan(plan);
+        pass.set_plan(plan)?;
         Ok(Decoder {
             lm: self.lm,
             caches: &mut self.caches,

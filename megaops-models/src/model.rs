@@ -421,13 +421,14 @@ impl Pass {
     /// Applies a tuned plan's per-site choices to the pass's launches (decode attention's
     /// split-KV count and the data tiles are fixed when the pass is built: [`Pass::new`]'s
     /// `layout`).
-    pub fn set_plan(&mut self, plan: &StepPlan) {
+    pub fn set_plan(&mut self, plan: &StepPlan) -> Result<()> {
         for set in &mut self.sets {
             set.set_choices(plan);
         }
         self.lm_head_choice = plan.site(Site::LmHead);
-        self.set_norm_fusion(plan.fuse_norms.unwrap_or(false));
+        self.set_norm_fusion(plan.fuse_norms.unwrap_or(false))?;
         self.set_rope_fusion(plan.fuse_rope.unwrap_or(true));
+        Ok(())
     }
 
     /// Whether every layer's decode attention runs the QK-norm, RoPE and KV-cache write
@@ -440,10 +441,12 @@ impl Pass {
 
     /// Whether every layer may run its add + RMSNorms inside the projections that follow
     /// them (off unless a plan turns it on; [`LayerActivations::set_norm_fusion`]).
-    pub fn set_norm_fusion(&mut self, fuse: bool) {
+    pub fn set_norm_fusion(&mut self, fuse: bool) -> Result<()> {
+        let device = self.x.tensor().device().clone();
         for set in &mut self.sets {
-            set.set_norm_fusion(fuse);
+            set.set_norm_fusion(&device, fuse)?;
         }
+        Ok(())
     }
 
     /// Sets which GEMMs every layer's prefill projections run (the LM head and the decode

@@ -4,7 +4,7 @@
 //! `gemv::plan::fuse_add_norm` allows) or as its own `norm::add_rmsnorm` kernel.
 
 use megaops::launch::AsInput;
-use megaops::{DynRows, LaunchOptions, LaunchTarget, R2, Result, Tensor, Tiled, bf16};
+use megaops::{Device, DynRows, LaunchOptions, LaunchTarget, R2, Result, Tensor, Tiled, bf16};
 use megaops_kernels::gemv::plan;
 use megaops_kernels::norm::add_rmsnorm;
 
@@ -60,5 +60,78 @@ impl<'a, X: AsInput<bf16, R2> + ?Sized> AddNormInput<'a, X> {
             res_out: self.res_out,
             eps: self.eps,
         }
+    }
+}
+
+/// Whether a block's first projection runs fused with the add + RMSNorm in front of it,
+/// and the scratch the fused kernel needs: allocated the first time fusion is turned on
+/// (a pass that never fuses holds none) and kept after it is turned off, since a captured
+/// graph may still read it.
+pub(crate) struct FusedNorm {
+    /// Elements of the fused kernel's scratch; `None` where the fused kernel cannot run
+    /// (the prefill path, or `m · h` above `gemv::NORM_PROLOGUE_MAX_ELEMS`).
+    len: Option<usize>,
+    scratch: Option<Tensor<bf16>>,
+    on: bool,
+}
+
+impl FusedNorm {
+    /// Fusion off; `len` elements of scratch when it is turned on (`None`: never fuses).
+    pub(crate) fn new(len: Option<usize>) -> FusedNorm {
+        FusedNorm {
+            len,
+            scratch: None,
+            on: false,
+        }
+    }
+
+    /// Turns fusion on or off, allocating the scratch on `device` when it is first on.
+    pub(crate) fn set(&mut self, device: &Device, on: bool) -> Result<()> {
+        if on
+            && self.scratch.is_none()
+            && let Some(len) = self.len
+        {
+            self.scratch = Some(Tensor::zeros(device, &[len])?);
+        }
+        self.on = on;
+        Ok(())
+    }
+
+    /// The scratch, when fusion is on and the fused kernel can run.
+    pub(crate) fn active(&mut self) -> Option<&mut Tensor<bf16>> {
+        if self.on { self.scratch.as_mut() } else { None }
+    }
+
+    /// Whether the scratch has been allocated.
+    #[cfg(test)]
+    pub(crate) fn allocated(&self) -> bool {
+        self.scratch.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FusedNorm;
+    use megaops::{Device, VgpuConfig};
+
+    #[test]
+    fn fused_norm_scratch_is_allocated_when_fusion_is_first_on_and_kept() {
+        let device = Device::cpu(VgpuConfig::default()).expect("cpu device");
+        let mut norm = FusedNorm::new(Some(64));
+        assert!(!norm.allocated() && norm.active().is_none(), "off: no scratch");
+        norm.set(&device, false).expect("off");
+        assert!(!norm.allocated(), "turning it off allocates nothing");
+        norm.set(&device, true).expect("on");
+        assert_eq!(norm.active().map(|t| t.numel()), Some(64));
+        norm.set(&device, false).expect("off again");
+        assert!(norm.active().is_none(), "off: not used");
+        assert!(norm.allocated(), "kept for graphs captured while it was on");
+
+        let mut never = FusedNorm::new(None);
+        never.set(&device, true).expect("on");
+        assert!(
+            never.active().is_none() && !never.allocated(),
+            "no fused kernel: no scratch"
+        );
     }
 }

@@ -13,7 +13,7 @@
 //! tensor-core GEMM above; attention is split-KV decode attention for one new token per
 //! sequence and causal flash attention over the cache for a prompt.
 
-use super::add_norm::AddNormInput;
+use super::add_norm::{AddNormInput, FusedNorm};
 use super::layout::PassLayout;
 use super::mlp::{DECODE_MAX_M, PREFILL_ROW_TILE, gemm_config};
 use super::prefill_gemm::PrefillGemm;
@@ -239,9 +239,7 @@ impl Attention {
         self.check(acts)?;
         let d = self.dims;
         let (m, n, h) = (acts.m as u32, d.qkv_dim() as u32, d.hidden as u32);
-        if acts.fuse_norm
-            && let Some(scratch) = acts.norm_scratch.as_mut()
-        {
+        if let Some(scratch) = acts.norm.active() {
             let choice = acts.choices[0];
             let sms = on.device().sm_count();
             let fuse = plan::fuse_add_norm(
@@ -590,11 +588,10 @@ pub struct AttentionActivations {
     choices: [SiteChoice; 4],
     /// The prefill path's GEMMs (qkv and o).
     gemm: PrefillGemm,
-    /// Scratch of the QKV projection fused with the add + RMSNorm (the decode path, when
-    /// `m · h` is within the fused kernel's bound).
-    norm_scratch: Option<Tensor<bf16>>,
-    /// Whether [`Attention::forward_add_norm`] may fuse.
-    fuse_norm: bool,
+    /// Whether [`Attention::forward_add_norm`] may fuse the add + RMSNorm into the QKV
+    /// projection (the decode path, when `m · h` is within the fused kernel's bound), and
+    /// the fused kernel's scratch.
+    norm: FusedNorm,
     /// Whether the decode path runs QK-norm, RoPE and the cache write inside attention.
     fuse_rope: bool,
 }
@@ -672,23 +669,19 @@ impl AttentionActivations {
             },
             choices: [SiteChoice::default(); 4],
             gemm: PrefillGemm::default(),
-            norm_scratch: if gemv && m * dims.hidden <= NORM_PROLOGUE_MAX_ELEMS as usize {
-                Some(Tensor::zeros(
-                    device,
-                    &[plan::add_norm_scratch_len(m, dims.qkv_dim(), dims.hidden)],
-                )?)
-            } else {
-                None
-            },
-            fuse_norm: false,
+            norm: FusedNorm::new(
+                (gemv && m * dims.hidden <= NORM_PROLOGUE_MAX_ELEMS as usize)
+                    .then(|| plan::add_norm_scratch_len(m, dims.qkv_dim(), dims.hidden)),
+            ),
             fuse_rope: true,
         })
     }
 
     /// Whether [`Attention::forward_add_norm`] may run the add + RMSNorm inside the QKV
-    /// projection (off by default: `norm::add_rmsnorm` runs as its own kernel).
-    pub fn set_norm_fusion(&mut self, fuse: bool) {
-        self.fuse_norm = fuse;
+    /// projection (off by default: `norm::add_rmsnorm` runs as its own kernel). The fused
+    /// kernel's scratch is allocated on `device` the first time fusion is turned on.
+    pub fn set_norm_fusion(&mut self, device: &Device, fuse: bool) -> Result<()> {
+        Ok(self.norm.set(device, fuse)?)
     }
 
     /// Whether the decode path runs the QK-norm, RoPE and KV-cache write inside decode

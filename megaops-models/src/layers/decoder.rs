@@ -177,9 +177,9 @@ impl LayerActivations {
     /// Whether both blocks may run the add + RMSNorm in front of them inside their first
     /// projection (off by default; see [`Attention::forward_add_norm`] and
     /// [`Mlp::forward_add_norm`]).
-    pub fn set_norm_fusion(&mut self, fuse: bool) {
-        self.attn.set_norm_fusion(fuse);
-        self.mlp.set_norm_fusion(fuse);
+    pub fn set_norm_fusion(&mut self, device: &Device, fuse: bool) -> Result<()> {
+        self.attn.set_norm_fusion(device, fuse)?;
+        Ok(self.mlp.set_norm_fusion(device, fuse)?)
     }
 
     /// Whether the decode path's attention runs the QK-norm, RoPE and cache write itself

@@ -35,7 +35,7 @@
 //! before producing them, so it can be called again and again, and captured into a graph
 //! (`AsyncStream::capture`) that is replayed with new inputs written into `x`.
 
-use super::add_norm::AddNormInput;
+use super::add_norm::{AddNormInput, FusedNorm};
 use super::prefill_gemm::PrefillGemm;
 use crate::tune::SiteChoice;
 use megaops::launch::AsInput;
@@ -377,9 +377,7 @@ impl Mlp {
             )));
         }
         let (m, h, inter) = (acts.m as u32, self.config.hidden as u32, self.config.inter as u32);
-        if acts.fuse_norm
-            && let Some(scratch) = acts.norm_scratch.as_mut()
-        {
+        if let Some(scratch) = acts.norm.active() {
             let choice = acts.choices[0];
             let sms = on.device().sm_count();
             let fuse = plan::fuse_add_norm(
@@ -575,11 +573,10 @@ pub struct MlpActivations {
     choices: [SiteChoice; 2],
     /// The prefill path's GEMMs (gate/up and down).
     gemm: PrefillGemm,
-    /// Scratch of the gate/up projection fused with the add + RMSNorm (the decode path,
-    /// when `m · h` is within the fused kernel's bound).
-    norm_scratch: Option<Tensor<bf16>>,
-    /// Whether [`Mlp::forward_add_norm`] may fuse.
-    fuse_norm: bool,
+    /// Whether [`Mlp::forward_add_norm`] may fuse the add + RMSNorm into the gate/up
+    /// projection (the decode path, when `m · h` is within the fused kernel's bound), and
+    /// the fused kernel's scratch.
+    norm: FusedNorm,
 }
 
 impl MlpActivations {
@@ -633,12 +630,9 @@ impl MlpActivations {
                 release: ReleaseNext::FirstCta,
                 choices: [SiteChoice::default(); 2],
                 gemm: PrefillGemm::default(),
-                norm_scratch: if m * h <= NORM_PROLOGUE_MAX_ELEMS as usize {
-                    Some(Tensor::zeros(device, &[plan::add_norm_scratch_len(m, inter, h)])?)
-                } else {
-                    None
-                },
-                fuse_norm: false,
+                norm: FusedNorm::new(
+                    (m * h <= NORM_PROLOGUE_MAX_ELEMS as usize).then(|| plan::add_norm_scratch_len(m, inter, h)),
+                ),
             },
             MlpPath::Prefill => MlpActivations {
                 config,
@@ -659,16 +653,16 @@ impl MlpActivations {
                 release: ReleaseNext::LastCta,
                 choices: [SiteChoice::default(); 2],
                 gemm: PrefillGemm::default(),
-                norm_scratch: None,
-                fuse_norm: false,
+                norm: FusedNorm::new(None),
             },
         })
     }
 
     /// Whether [`Mlp::forward_add_norm`] may run the add + RMSNorm inside the gate/up
-    /// projection (off by default: `norm::add_rmsnorm` runs as its own kernel).
-    pub fn set_norm_fusion(&mut self, fuse: bool) {
-        self.fuse_norm = fuse;
+    /// projection (off by default: `norm::add_rmsnorm` runs as its own kernel). The fused
+    /// kernel's scratch is allocated on `device` the first time fusion is turned on.
+    pub fn set_norm_fusion(&mut self, device: &Device, fuse: bool) -> Result<()> {
+        self.norm.set(device, fuse)
     }
 
     /// Sets which GEMMs the prefill path's gate/up and down projections run (the decode
