@@ -25,13 +25,19 @@ impl PtxModule {
             .iter()
             .filter_map(|&(arch, src)| {
                 let specific = arch.ends_with('a');
-                let n: u32 = arch.trim_start_matches("sm_").trim_end_matches('a').parse().ok()?;
+                let n = arch_capability(arch)?;
                 let fits = if specific { n == cc } else { n <= cc };
                 fits.then_some((n * 2 + specific as u32, arch, src))
             })
             .max_by_key(|&(rank, _, _)| rank)
             .map(|(_, arch, src)| (arch, src))
     }
+}
+
+/// The compute capability an architecture name stands for, as `major * 10 + minor`
+/// (`sm_90a` → 90); `None` for a name that is not `sm_<number>[a]`.
+pub(crate) fn arch_capability(arch: &str) -> Option<u32> {
+    arch.trim_start_matches("sm_").trim_end_matches('a').parse().ok()
 }
 
 #[cfg(test)]

@@ -442,9 +442,9 @@ impl Pass {
     /// Whether every layer may run its add + RMSNorms inside the projections that follow
     /// them (off unless a plan turns it on; [`LayerActivations::set_norm_fusion`]).
     pub fn set_norm_fusion(&mut self, fuse: bool) -> Result<()> {
-        let device = self.x.tensor().device().clone();
+        let device = self.x.tensor().device();
         for set in &mut self.sets {
-            set.set_norm_fusion(&device, fuse)?;
+            set.set_norm_fusion(device, fuse)?;
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 
 use megaops::launch::AsInput;
 use megaops::{Device, DynRows, LaunchOptions, LaunchTarget, R2, Result, Tensor, Tiled, bf16};
-use megaops_kernels::gemv::plan;
+use megaops_kernels::gemv::{NORM_PROLOGUE_MAX_ELEMS, plan};
 use megaops_kernels::norm::add_rmsnorm;
 
 /// What the add + RMSNorm in front of a block reads and writes.
@@ -83,6 +83,13 @@ impl FusedNorm {
             scratch: None,
             on: false,
         }
+    }
+
+    /// Fusion off, for a projection of `n` output columns over `m × k` inputs: it may fuse
+    /// on the decode path (`gemv`) when `m · k ≤ gemv::NORM_PROLOGUE_MAX_ELEMS`, with
+    /// `plan::add_norm_scratch_len(m, n, k)` elements of scratch.
+    pub(crate) fn for_projection(gemv: bool, m: usize, n: usize, k: usize) -> FusedNorm {
+        FusedNorm::new((gemv && m * k <= NORM_PROLOGUE_MAX_ELEMS as usize).then(|| plan::add_norm_scratch_len(m, n, k)))
     }
 
     /// Turns fusion on or off, allocating the scratch on `device` when it is first on.

@@ -26,7 +26,7 @@ use megaops::{Device, DynGrid, DynRows, LaunchOptions, LaunchTarget, R2, Release
 use megaops_kernels::attention::decode::{self, DecodeWorkspace, decode_attention, decode_attention_rope};
 use megaops_kernels::attention::prefill::{self, prefill_attention};
 use megaops_kernels::gemv::plan::{self, Placement, SplitWorkspace};
-use megaops_kernels::gemv::{NORM_PROLOGUE_MAX_ELEMS, add_rmsnorm_gemv, gemv};
+use megaops_kernels::gemv::{add_rmsnorm_gemv, gemv};
 use megaops_kernels::rope::{self, qk_norm_rope};
 
 /// The attention dimensions of a model.
@@ -669,10 +669,7 @@ impl AttentionActivations {
             },
             choices: [SiteChoice::default(); 4],
             gemm: PrefillGemm::default(),
-            norm: FusedNorm::new(
-                (gemv && m * dims.hidden <= NORM_PROLOGUE_MAX_ELEMS as usize)
-                    .then(|| plan::add_norm_scratch_len(m, dims.qkv_dim(), dims.hidden)),
-            ),
+            norm: FusedNorm::for_projection(gemv, m, dims.qkv_dim(), dims.hidden),
             fuse_rope: true,
         })
     }

@@ -45,7 +45,7 @@ use megaops::{
 use megaops_kernels::elementwise::silu_mul;
 use megaops_kernels::gemm::{self, matmul};
 use megaops_kernels::gemv::plan::{self, Placement, SplitWorkspace};
-use megaops_kernels::gemv::{NORM_PROLOGUE_MAX_ELEMS, add_rmsnorm_gate_up_silu, gate_up_silu};
+use megaops_kernels::gemv::{add_rmsnorm_gate_up_silu, gate_up_silu};
 use megaops_kernels::norm::rmsnorm;
 
 /// Largest number of rows that takes the decode (GEMV) path; more rows take the prefill
@@ -630,9 +630,7 @@ impl MlpActivations {
                 release: ReleaseNext::FirstCta,
                 choices: [SiteChoice::default(); 2],
                 gemm: PrefillGemm::default(),
-                norm: FusedNorm::new(
-                    (m * h <= NORM_PROLOGUE_MAX_ELEMS as usize).then(|| plan::add_norm_scratch_len(m, inter, h)),
-                ),
+                norm: FusedNorm::for_projection(true, m, inter, h),
             },
             MlpPath::Prefill => MlpActivations {
                 config,

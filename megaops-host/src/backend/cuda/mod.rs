@@ -216,15 +216,10 @@ impl CudaDevice {
                     .ctx(|| format!("loading the functions of `{}`", module.name))?;
             }
         }
-        let arch_number: u32 = arch
-            .trim_start_matches("sm_")
-            .trim_end_matches('a')
-            .parse()
-            .unwrap_or(0);
         let loaded = Arc::new(LoadedModule {
             module: m,
             arch,
-            programmatic: self.cc.0 >= 9 && arch_number >= 90,
+            programmatic: self.cc.0 >= 9 && crate::module::arch_capability(arch).is_some_and(|n| n >= 90),
             functions: Mutex::new(HashMap::new()),
         });
         lock(&self.modules).insert(module.key(), loaded.clone());
