@@ -2,7 +2,7 @@
 # Runs, on a GPU machine, every GPU test (tests whose name contains "gpu") of the bundle
 # made by scripts/gpu-bundle.sh, the Figure 1 example and the benchmark suites, each under
 # its own timeout. Full logs go to $OUT (default ./gpu-out); a short summary is printed
-# last. Usage: [TESTS="bin ..."] gpu-run.sh [tests|bench|all|engine|e2e|trace|sweep|nvtx|tune|compare] [suite:seconds ...]
+# last. Usage: [TESTS="bin ..."] gpu-run.sh [tests|bench|all|engine|e2e|trace|sweep|nvtx|tune|compare|coldstart] [suite:seconds ...]
 #   engine: TESTS' GPU tests beside bench/hf_compare.py (HF_ARGS, HF_TIMEOUT), then
 #   end-to-end generations of E2E_PRESETS overlapped and with --no-overlap.
 #   e2e: `megaops bench` once per ';'-separated argument set of E2E_ARGS (E2E_TIMEOUT
@@ -39,6 +39,9 @@
 #   mlp:25 gemv:40 gemm:40) for each binary of COMPARE_BINS (default "megaops-bench-before
 #   megaops-bench"), binaries interleaved per suite, COMPARE_ROUNDS rounds (default 2),
 #   each into $OUT/compare/<binary>-r<round>/ (results.md, results.jsonl).
+#   coldstart: the first run's module load, `megaops generate --preset tiny` with the
+#   driver's JIT cache off (CUDA_CACHE_DISABLE=1), loading the embedded cubins and then
+#   the PTX (MEGAOPS_JIT=1), COLDSTART_ROUNDS rounds (default 1), wall seconds each.
 #   default suites: overlap:50 boundary:30 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30
 #   MEGAOPS_BENCH_BUDGET_S (default 25 here) caps the suites that stop adding shapes.
 set -u
@@ -228,6 +231,17 @@ for l in open(sys.argv[1]):
 for k, v in sorted(rows.items()):
     print("%-12s %-12s b=%-2d %-10s %-18s s=%d %-14s step_ms %s" % (k + (" ".join("%.4f" % x for x in v),)))
 ' "$OUT/sweep.jsonl" >> "$summary"
+fi
+if [ "$what" = coldstart ]; then
+  for round in $(seq 1 "${COLDSTART_ROUNDS:-1}"); do
+    for jit in 0 1; do
+      s=$(date +%s.%N)
+      CUDA_CACHE_DISABLE=1 MEGAOPS_JIT=$jit timeout -k 5 "${COLDSTART_TIMEOUT:-150}" ./megaops generate --preset tiny \
+        --prompt-ids 1,2,3 --max-new-tokens 4 > "$OUT/coldstart-jit$jit-r$round.log" 2>&1
+      rc=$?
+      echo "coldstart MEGAOPS_JIT=$jit round $round: rc=$rc $(python3 -c "import sys; print('%.1f s' % (float(sys.argv[2]) - float(sys.argv[1])))" "$s" "$(date +%s.%N)")" >> "$summary"
+    done
+  done
 fi
 if [ "$what" = tune ]; then
   named_gpu_tests "$OUT/tune-tests"

@@ -25,13 +25,14 @@ macro_rules! kernel_crate {
         #[doc(hidden)]
         pub static __MEGAOPS_PTX: $crate::PtxModule = $crate::PtxModule {
             name: ::core::env!("CARGO_PKG_NAME"),
-            ptx: {
-                mod __megaops_embedded {
-                    include!(concat!(env!("OUT_DIR"), "/megaops_ptx.rs"));
-                }
-                __megaops_embedded::MODULES
-            },
+            ptx: __megaops_embedded::MODULES,
+            cubin: __megaops_embedded::CUBINS,
         };
+        #[cfg(not(target_arch = "nvptx64"))]
+        #[doc(hidden)]
+        mod __megaops_embedded {
+            include!(concat!(env!("OUT_DIR"), "/megaops_ptx.rs"));
+        }
     };
 }
 

@@ -13,6 +13,7 @@ use megaops::{AsyncStream, Chunks, DynChunks, Grid, LaunchOptions, Remap, Result
 pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule {
     name: "macro_expand",
     ptx: &[],
+    cubin: &[],
 };
 
 /// Tile (a, b, c) writes `100a + 10b + c` at its row-major index and the CTA that ran it.

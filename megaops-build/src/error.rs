@@ -62,6 +62,16 @@ pub enum BuildError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// `ptxas` rejected the PTX while assembling a cubin.
+    #[error("ptxas -arch={arch} failed on `{ptx}` (set MEGAOPS_CUBIN=0 to embed the PTX alone):\n{stderr}")]
+    Ptxas {
+        /// The PTX file.
+        ptx: PathBuf,
+        /// GPU architecture.
+        arch: String,
+        /// What ptxas printed.
+        stderr: String,
+    },
     /// The nested build finished but its PTX is not where it should be.
     #[error("the nested build of `{package}` produced no PTX at `{path}`")]
     NoPtx {

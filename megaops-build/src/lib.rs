@@ -23,6 +23,7 @@
 //! only the PTX of that crate.
 
 mod builder;
+pub mod cubin;
 mod error;
 pub mod linker;
 pub mod ptxas;

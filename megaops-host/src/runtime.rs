@@ -14,6 +14,7 @@ use std::sync::Arc;
 pub(crate) static RUNTIME_PTX: PtxModule = PtxModule {
     name: "megaops-runtime-kernels",
     ptx: megaops_runtime_kernels::ptx::MODULES,
+    cubin: megaops_runtime_kernels::ptx::CUBINS,
 };
 
 /// Launches runtime kernel `entry` on `stream` with `(CTAs, threads per CTA)` `shape`

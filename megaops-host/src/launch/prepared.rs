@@ -180,7 +180,11 @@ mod tests {
     /// config without a traced entry runs its plain one either way.
     #[test]
     fn traced_launches_run_the_traced_entry() {
-        static MODULE: PtxModule = PtxModule { name: "test", ptx: &[] };
+        static MODULE: PtxModule = PtxModule {
+            name: "test",
+            ptx: &[],
+            cubin: &[],
+        };
         let device = Device::cpu(crate::VgpuConfig::default()).unwrap();
         device.start_trace(16).unwrap();
         let target = EntryRecorder {

@@ -191,14 +191,13 @@ impl CudaDevice {
                 module.name, self.name, self.cc.0, self.cc.1, self.cc.0, self.cc.1
             ))
         })?;
-        let image =
-            CString::new(src).map_err(|_| Error::Internal(format!("the PTX of `{}` contains NUL", module.name)))?;
         self.bind()?;
-        let mut m: sys::CUmodule = std::ptr::null_mut();
-        // SAFETY: image is a NUL-terminated PTX text; the context is bound.
-        unsafe { sys::cuModuleLoadData(&mut m, image.as_ptr() as *const std::ffi::c_void) }
-            .result()
-            .ctx(|| format!("loading the {arch} PTX of `{}`", module.name))?;
+        let m = match module.cubin_for(arch, self.cc.0, self.cc.1).filter(|_| !force_jit()) {
+            // A cubin the driver refuses (one from a newer toolkit than the driver, say)
+            // falls back to the PTX.
+            Some(cubin) => load_image(cubin).or_else(|_| load_ptx(module, arch, src))?,
+            None => load_ptx(module, arch, src)?,
+        };
         // Load every function now (see LoadedModule).
         let mut count: std::ffi::c_uint = 0;
         // SAFETY: m is the module just loaded; the array has `count` slots.
@@ -225,6 +224,36 @@ impl CudaDevice {
         lock(&self.modules).insert(module.key(), loaded.clone());
         Ok(loaded)
     }
+}
+
+/// Whether `MEGAOPS_JIT=1` asks for the PTX (compiled by the driver) even where a cubin
+/// was embedded.
+fn force_jit() -> bool {
+    std::env::var("MEGAOPS_JIT").is_ok_and(|v| v.trim() == "1")
+}
+
+/// Loads `module`'s PTX for `arch` (the driver compiles it). The context must be bound.
+fn load_ptx(module: &PtxModule, arch: &str, src: &str) -> Result<sys::CUmodule> {
+    let image = CString::new(src).map_err(|_| Error::Internal(format!("the PTX of `{}` contains NUL", module.name)))?;
+    let mut m: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: image is a NUL-terminated PTX text; the caller bound the context.
+    unsafe { sys::cuModuleLoadData(&mut m, image.as_ptr() as *const std::ffi::c_void) }
+        .result()
+        .ctx(|| format!("loading the {arch} PTX of `{}`", module.name))?;
+    Ok(m)
+}
+
+/// Loads a cubin (an ELF image), copied first into 8-byte-aligned memory. The context
+/// must be bound.
+fn load_image(cubin: &[u8]) -> std::result::Result<sys::CUmodule, cudarc::driver::DriverError> {
+    let mut aligned = vec![0u64; cubin.len().div_ceil(8)];
+    // SAFETY: `aligned` holds at least `cubin.len()` bytes; the two do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(cubin.as_ptr(), aligned.as_mut_ptr() as *mut u8, cubin.len()) };
+    let mut m: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: `aligned` holds a whole cubin image and outlives the call (the driver copies
+    // it); the caller bound the context.
+    unsafe { sys::cuModuleLoadData(&mut m, aligned.as_ptr() as *const std::ffi::c_void) }.result()?;
+    Ok(m)
 }
 
 impl DeviceBackend for CudaDevice {

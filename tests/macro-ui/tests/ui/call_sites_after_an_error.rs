@@ -3,7 +3,7 @@
 // is reborrowed, not moved, so it can be passed twice. One mistake, one error.
 use megaops::{LaunchOptions, Stream, Tensor};
 
-pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[] };
+pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[], cubin: &[] };
 
 #[megaops::kernel(block = THREADS, threads = 256, tiles(i = n.div_ceil(THREADS)), scratch(p[n]), tensor(w[n]))]
 #[config(THREADS = 256)]

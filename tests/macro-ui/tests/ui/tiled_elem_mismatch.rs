@@ -2,7 +2,7 @@
 // does not accept a tensor of `f16`.
 use megaops::{bf16, f16, Rows, Stream, Tiled};
 
-pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[] };
+pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[], cubin: &[] };
 
 #[megaops::kernel(block = 128, input(x[m, k] = [i: 64, _]), output(y[m, k] = [i: 64, _]))]
 pub unsafe fn copy(x: *const bf16, y: *mut bf16, m: u32, k: u32) {

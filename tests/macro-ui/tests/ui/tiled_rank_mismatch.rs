@@ -2,7 +2,7 @@
 // rank-2 tensor does not accept a tensor tiled in rank-1 chunks.
 use megaops::{bf16, Chunks, Rows, Stream, Tiled};
 
-pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[] };
+pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[], cubin: &[] };
 
 #[megaops::kernel(block = 128, input(x[m, k] = [i: 64, _]), output(y[m, k] = [i: 64, _]))]
 pub unsafe fn copy(x: *const bf16, y: *mut bf16, m: u32, k: u32) {

@@ -2,7 +2,7 @@
 // `unsafe { .. }` block (with its SAFETY reason), as in any `unsafe fn` of edition 2024.
 use megaops::{Stream, Tensor};
 
-pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[] };
+pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[], cubin: &[] };
 
 #[megaops::kernel(block = 256, tiles(i = n.div_ceil(256)), scratch(p[n]))]
 pub unsafe fn fill(p: *mut f32, n: u32) {

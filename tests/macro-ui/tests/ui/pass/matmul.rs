@@ -2,7 +2,7 @@
 // synchronised input and output. Launchers are type-checked, not run (no device).
 use megaops::{bf16, LaunchOptions, Rows, Stream, Tensor, Tiled};
 
-pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[] };
+pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[], cubin: &[] };
 
 /// C = A·B. Kernel tile (pid_m, pid_n): rows `pid_m * BM ..`, columns `pid_n * BN ..`.
 #[megaops::kernel(

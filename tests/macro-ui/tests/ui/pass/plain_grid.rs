@@ -2,7 +2,7 @@
 // early returns, and an implicit config.
 use megaops::{Stream, Tensor};
 
-pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[] };
+pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[], cubin: &[] };
 
 /// Fills `p[..n]` with `v`, 256 elements per CTA.
 #[megaops::kernel(block = 256, tiles(i = n.div_ceil(256)), scratch(p[n]))]

@@ -4,7 +4,7 @@
 use megaops::device::thread::{block_dim_x, thread_idx_x};
 use megaops::{bf16, AsyncStream, Device, LaunchOptions, Rows, Tensor, Tiled};
 
-pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[] };
+pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[], cubin: &[] };
 
 #[megaops::kernel(
     block = THREADS,

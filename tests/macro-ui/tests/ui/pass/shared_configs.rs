@@ -2,7 +2,7 @@
 // constants rather than by index or name.
 use megaops::launch::{ConfigValue, config_where};
 
-pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[] };
+pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[], cubin: &[] };
 
 /// The tile configs `zero` and `copy` share.
 macro_rules! tiles {

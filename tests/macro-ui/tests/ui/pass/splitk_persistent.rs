@@ -2,7 +2,7 @@
 // typed constants, and a kernel that is not `pub`.
 use megaops::{Chunks, Grid, Stream, Tensor, Tiled};
 
-pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[] };
+pub static __MEGAOPS_PTX: megaops::PtxModule = megaops::PtxModule { name: "ui", ptx: &[], cubin: &[] };
 
 #[megaops::kernel(
     block = (32, 4),
