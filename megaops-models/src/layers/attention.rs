@@ -15,7 +15,7 @@
 
 use super::add_norm::{AddNormInput, FusedNorm};
 use super::layout::PassLayout;
-use super::mlp::{DECODE_MAX_M, PREFILL_ROW_TILE, gemm_config};
+use super::mlp::{DECODE_MAX_M, PREFILL_ROW_TILE, prefill_gemm_config};
 use super::prefill_gemm::PrefillGemm;
 use crate::config::{Architecture, Config};
 use crate::error::{ModelError, Result};
@@ -318,7 +318,7 @@ impl Attention {
             let choice = acts.choices[0];
             let c = choice
                 .config
-                .unwrap_or_else(|| gemm_config(acts.m, d.qkv_dim(), sms, wide_gemm(acts.m, d.qkv_dim(), sms)));
+                .unwrap_or_else(|| prefill_gemm_config(acts.m, d.qkv_dim(), sms));
             acts.gemm.linear(
                 on,
                 &choice.apply(acts.opts(c)),
@@ -516,7 +516,7 @@ impl Attention {
             let choice = acts.choices[3];
             let c = choice
                 .config
-                .unwrap_or_else(|| gemm_config(acts.m, d.hidden, sms, wide_gemm(acts.m, d.hidden, sms)));
+                .unwrap_or_else(|| prefill_gemm_config(acts.m, d.hidden, sms));
             acts.gemm.linear(
                 on,
                 &choice.apply(acts.opts(c)),
@@ -529,12 +529,6 @@ impl Attention {
         }
         Ok(())
     }
-}
-
-/// Whether a prefill GEMM of `m × n` takes the `wgmma` tiles: as the MLP block's rule,
-/// long prompts or at least two waves of 128×256 tiles.
-pub(crate) fn wide_gemm(m: usize, n: usize, sms: u32) -> bool {
-    m >= 2048 || m.div_ceil(128) * n.div_ceil(256) >= 2 * sms as usize
 }
 
 /// The `qk_norm_rope` config for head dim `d` and `heads` head vectors per token (q, k

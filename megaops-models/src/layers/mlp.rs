@@ -150,17 +150,57 @@ impl MlpPath {
 }
 
 /// The `matmul` configs of an MLP block's prefill GEMMs (`[gate/up, down]`) for `m`
-/// rows on `sms` SMs. Both use the `wgmma` tiles ([`gemm_config`] with `wgmma`) when
-/// `m ≥ 2048` or when the gate/up GEMM has at least two waves of 128×256 tiles, else
-/// both use the `mma.sync` ones. `bench/RESULTS.md` ("MLP block prefill") has the
-/// measurements behind the rule.
+/// rows on `sms` SMs: [`prefill_gemm_config`] of each from [`WAVE_RULE_MIN_ROWS`] rows on;
+/// below, both use the `wgmma` tiles ([`gemm_config`] with `wgmma`) when the gate/up GEMM
+/// has at least two waves of 128×256 tiles, else both the `mma.sync` ones.
 pub fn mlp_gemm_configs(m: usize, hidden: usize, inter: usize, sms: u32) -> [usize; 2] {
-    let waves = m.div_ceil(128) * (2 * inter).div_ceil(256);
-    let wgmma = m >= 2048 || waves >= 2 * sms as usize;
+    if m >= WAVE_RULE_MIN_ROWS {
+        return [
+            prefill_gemm_config(m, 2 * inter, sms),
+            prefill_gemm_config(m, hidden, sms),
+        ];
+    }
+    let wgmma = wide_gemm(m, 2 * inter, sms);
     [
         gemm_config(m, 2 * inter, sms, wgmma),
         gemm_config(m, hidden, sms, wgmma),
     ]
+}
+
+/// From this many rows on, a prefill GEMM takes one of the warp-specialised `wgmma`
+/// tiles by [`prefill_gemm_config`]'s wave rule.
+pub const WAVE_RULE_MIN_ROWS: usize = 1024;
+
+/// Whether a prefill GEMM of `m × n` below [`WAVE_RULE_MIN_ROWS`] rows takes the `wgmma`
+/// tiles: at least two waves of 128×256 tiles.
+pub(crate) fn wide_gemm(m: usize, n: usize, sms: u32) -> bool {
+    m.div_ceil(128) * n.div_ceil(256) >= 2 * sms as usize
+}
+
+/// The `matmul` config of a projection of a prefill (`m × n` output, `sms` SMs).
+///
+/// From [`WAVE_RULE_MIN_ROWS`] rows on, one of the two warp-specialised `wgmma` tiles:
+/// 128×256 unless 128×128 fills the last wave of CTAs more than 15 % better (the share of
+/// the SM slots of all waves that hold a tile), since the larger tile does more per byte
+/// loaded. Below, [`gemm_config`] with `wgmma` where [`wide_gemm`] says so.
+pub fn prefill_gemm_config(m: usize, n: usize, sms: u32) -> usize {
+    if m < WAVE_RULE_MIN_ROWS {
+        return gemm_config(m, n, sms, wide_gemm(m, n, sms));
+    }
+    let sms = (sms as usize).max(1);
+    let fill = |bm: usize, bn: usize| {
+        let tiles = m.div_ceil(bm) * n.div_ceil(bn);
+        tiles as f64 / (tiles.div_ceil(sms) * sms) as f64
+    };
+    let tile = if fill(128, 128) > 1.15 * fill(128, 256) {
+        (128, 128, 2)
+    } else {
+        (128, 256, 2)
+    };
+    matmul::CONSTS
+        .iter()
+        .position(|c| (c.BM, c.BN, c.WG) == tile)
+        .unwrap_or_else(|| gemm_config(m, n, sms as u32, true))
 }
 
 /// The `matmul` config for an `m × n` output on `sms` SMs.
@@ -766,7 +806,7 @@ impl MlpActivations {
 
 #[cfg(test)]
 mod tests {
-    use super::{gemm_config, mlp_gemm_configs};
+    use super::{gemm_config, mlp_gemm_configs, prefill_gemm_config};
 
     #[test]
     fn gemm_config_picks_the_first_tile_that_fills_the_sms() {
@@ -789,11 +829,19 @@ mod tests {
 
     #[test]
     fn mlp_prefill_uses_wgmma_tiles_for_long_or_wide_gemms() {
-        // The configurations the MLP prefill measurements of bench/RESULTS.md chose.
-        assert_eq!(mlp_gemm_configs(1024, 1024, 3072, 132), [0, 5], "Qwen3-0.6B, m = 1024");
+        // Below 1024 rows: wgmma tiles only for two waves of 128×256 gate/up tiles.
+        assert_eq!(mlp_gemm_configs(512, 1024, 3072, 132), [0, 5], "Qwen3-0.6B, m = 512");
+        assert_eq!(mlp_gemm_configs(512, 2048, 8192, 132), [0, 5], "Llama-3.2-1B, m = 512");
+        assert_eq!(mlp_gemm_configs(768, 2048, 8192, 132), [11, 4], "Llama-3.2-1B, m = 768");
+        // From 1024 rows on, the wave rule (the gemm sweep's fastest tiles at these shapes).
+        assert_eq!(
+            mlp_gemm_configs(1024, 1024, 3072, 132),
+            [12, 12],
+            "Qwen3-0.6B, m = 1024"
+        );
         assert_eq!(
             mlp_gemm_configs(1024, 2048, 8192, 132),
-            [11, 8],
+            [11, 12],
             "Llama-3.2-1B, m = 1024"
         );
         assert_eq!(
@@ -806,5 +854,22 @@ mod tests {
             [11, 11],
             "Llama-3.2-1B, m = 8192"
         );
+    }
+
+    #[test]
+    fn prefill_projections_take_the_tile_that_fills_the_waves() {
+        // bench/gemm-sweep.md (run O), m = 1024: the fastest config of each shape.
+        for (n, want, what) in [
+            (4096, 11, "Qwen3-0.6B/1.7B qkv: 128 tiles of 128×256"),
+            (1024, 12, "Qwen3-0.6B o: 32 tiles of 128×256, 64 of 128×128"),
+            (2048, 12, "Qwen3-1.7B o / Llama down: 64 tiles of 128×256"),
+            (6144, 12, "Qwen3-8B qkv: 1.45 waves of 128×256, 2.9 of 128×128"),
+            (3072, 11, "Llama-3.2-1B qkv: 96 tiles, both tiles fill 73 %"),
+            (16384, 11, "Llama-3.2-1B gate/up: 3.9 waves"),
+        ] {
+            assert_eq!(prefill_gemm_config(1024, n, 132), want, "{what}");
+        }
+        // Below the threshold the old rule stands.
+        assert_eq!(prefill_gemm_config(512, 1024, 132), gemm_config(512, 1024, 132, false));
     }
 }

@@ -10,8 +10,7 @@ use super::search::{self, Assignment, Event, Knob, Outcome, SearchOptions};
 use crate::bench::{median, random_prompts, time_each};
 use crate::error::{ModelError, Result};
 use crate::generate::Session;
-use crate::layers::attention::wide_gemm;
-use crate::layers::mlp::{DECODE_COL_TILE, DECODE_MAX_M, gemm_config, mlp_gemm_configs};
+use crate::layers::mlp::{DECODE_COL_TILE, DECODE_MAX_M, mlp_gemm_configs, prefill_gemm_config};
 use crate::layers::{DecodeTiles, GemmBackend, PrefillGemm};
 use crate::model::CausalLm;
 use megaops::AsyncStream;
@@ -283,7 +282,7 @@ impl Space {
             )));
         }
         let (h, inter) = (c.hidden_size, c.intermediate_size);
-        let gemm_start = |n: usize| gemm_config(m, n, sms, wide_gemm(m, n, sms));
+        let gemm_start = |n: usize| prefill_gemm_config(m, n, sms);
         let [gate_up, down] = mlp_gemm_configs(m, h, inter, sms);
         let mut space = Space::empty();
         let all_configs: Vec<u32> = (0..matmul::CONFIGS.len() as u32).collect();
