@@ -2,8 +2,9 @@
 //! machine code instead of compiling the PTX on the first run (about a minute for the
 //! kernel library).
 //!
-//! Optional: without a `ptxas` ([`crate::ptxas::find`]) or with `MEGAOPS_CUBIN=0` only the
-//! PTX is embedded and the driver JIT-compiles it as before. A cubin is cached under the
+//! Release builds assemble cubins by default; other profiles (the tests, which CI runs
+//! without a GPU) only with `MEGAOPS_CUBIN=1`. Without a `ptxas` ([`crate::ptxas::find`])
+//! or with `MEGAOPS_CUBIN=0` only the PTX is embedded and the driver JIT-compiles it. A cubin is cached under the
 //! nested build's target directory by a hash of its PTX, its architecture and the
 //! `ptxas` used, so an unchanged PTX is not assembled again.
 
@@ -13,12 +14,26 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Environment variable that turns the cubins off (`0`) or on (anything else; the default).
+/// Environment variable that turns the cubins off (`0`) or on (anything else) whatever
+/// the profile.
 pub const CUBIN_ENV: &str = "MEGAOPS_CUBIN";
 
-/// Whether cubins are wanted: `MEGAOPS_CUBIN` unset or not `0`.
+/// Whether this build script should assemble cubins: as `MEGAOPS_CUBIN` says when set,
+/// else for the release profile (cargo's `PROFILE` of the outer build).
 pub fn wanted() -> bool {
-    std::env::var(CUBIN_ENV).map_or(true, |v| v.trim() != "0")
+    wanted_for(
+        std::env::var(CUBIN_ENV).ok().as_deref(),
+        std::env::var("PROFILE").ok().as_deref(),
+    )
+}
+
+/// The rule of [`wanted`] for a `MEGAOPS_CUBIN` value and a cargo `PROFILE`.
+pub fn wanted_for(setting: Option<&str>, profile: Option<&str>) -> bool {
+    match setting.map(str::trim) {
+        Some("0") => false,
+        Some(_) => true,
+        None => profile == Some("release"),
+    }
 }
 
 /// The cubin of `ptx` (a file) for `arch`, assembled by `ptxas` into `cache_dir`, or
@@ -56,4 +71,46 @@ pub fn assemble(ptxas: &Path, arch: &Arch, ptx: &Path, cache_dir: &Path) -> Resu
     }
     std::fs::rename(&partial, &cubin).map_err(|e| BuildError::io("renaming", &partial, e))?;
     Ok(cubin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cubins_are_assembled_for_release_builds_unless_told_otherwise() {
+        assert!(wanted_for(None, Some("release")));
+        assert!(!wanted_for(None, Some("debug")));
+        assert!(!wanted_for(None, None));
+        assert!(!wanted_for(Some("0"), Some("release")));
+        assert!(wanted_for(Some("1"), Some("debug")));
+    }
+
+    #[test]
+    fn assembles_a_cubin_once_and_reuses_it() {
+        let Ok(ptxas) = crate::ptxas::find() else {
+            eprintln!("skipped: no ptxas found (python3 -m pip install nvidia-cuda-nvcc==13.0.88)");
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("megaops-cubin-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let ptx = dir.join("tiny.ptx");
+        std::fs::write(
+            &ptx,
+            ".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry tiny()\n{\n\tret;\n}\n",
+        )
+        .expect("write ptx");
+        let arch = Arch::parse("sm_90a").expect("arch");
+        let first = assemble(&ptxas, &arch, &ptx, &dir.join("cache")).expect("ptxas assembles");
+        let bytes = std::fs::read(&first).expect("cubin");
+        assert_eq!(&bytes[..4], b"\x7fELF", "a cubin is an ELF image");
+        let modified = std::fs::metadata(&first).and_then(|m| m.modified()).expect("mtime");
+        let again = assemble(&ptxas, &arch, &ptx, &dir.join("cache")).expect("cached");
+        assert_eq!(first, again);
+        assert_eq!(
+            std::fs::metadata(&again).and_then(|m| m.modified()).expect("mtime"),
+            modified
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
