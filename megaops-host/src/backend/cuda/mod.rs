@@ -194,8 +194,14 @@ impl CudaDevice {
         self.bind()?;
         let m = match module.cubin_for(arch, self.cc.0, self.cc.1).filter(|_| !force_jit()) {
             // A cubin the driver refuses (one from a newer toolkit than the driver, say)
-            // falls back to the PTX.
-            Some(cubin) => load_image(cubin).or_else(|_| load_ptx(module, arch, src))?,
+            // falls back to the PTX, saying why: the JIT costs seconds per module.
+            Some(cubin) => load_image(cubin).or_else(|e| {
+                eprintln!(
+                    "megaops: the driver refused the {arch} cubin of `{}` ({e}); compiling its PTX instead",
+                    module.name
+                );
+                load_ptx(module, arch, src)
+            })?,
             None => load_ptx(module, arch, src)?,
         };
         // Load every function now (see LoadedModule).
