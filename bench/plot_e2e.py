@@ -2,10 +2,12 @@
 """Plots decode tokens/s per batch size, MegaOps against PyTorch, from the rows that
 `megaops bench --json` and `torch_baseline.py --json` write (bench/e2e.jsonl):
 
-    python3 bench/plot_e2e.py bench/e2e.jsonl bench/e2e.png [workload]
+    python3 bench/plot_e2e.py bench/e2e.jsonl bench/e2e.png [workload] [device]
 
-One panel per model, one line per mode (the last row of each model, workload, batch and
-mode wins); modes without rows for a model are left out.
+Only the rows of one GPU (device: a part of the rows' device name, default "H200") are
+drawn, since ratios hold only within one machine. One panel per model, one line per mode
+(the last row of each model, workload, batch and mode wins); modes without rows for a
+model are left out.
 """
 
 import json
@@ -27,10 +29,13 @@ MODES = {
 def main():
     src, dst = sys.argv[1], sys.argv[2]
     workload = sys.argv[3] if len(sys.argv) > 3 else "short-decode"
+    device = sys.argv[4] if len(sys.argv) > 4 else "H200"
     best = {}
     for line in open(src):
         r = json.loads(line)
-        if r["workload"] == workload and r["mode"] in MODES and r.get("tokens_per_s"):
+        if device not in r.get("device", "") or r["workload"] != workload:
+            continue
+        if r["mode"] in MODES and r.get("tokens_per_s"):
             best[(r["model"], r["mode"], r["batch"])] = r["tokens_per_s"]
     models = sorted({m for m, _, _ in best})
     fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False)
@@ -46,7 +51,7 @@ def main():
         ax.set_ylabel("tokens/s")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    fig.suptitle(f"{workload}: decode tokens/s on one H200")
+    fig.suptitle(f"{workload}: decode tokens/s on one {device}")
     fig.tight_layout()
     fig.savefig(dst, dpi=110)
 
