@@ -4,17 +4,24 @@
 # The folder is packed as DIR/bundle.tar.xz (each test binary embeds the kernels' PTX text,
 # which compresses about tenfold); on the GPU machine:
 #   cd DIR && tar xJf bundle.tar.xz && cd gpu && OUT=$OUT ./gpu-run.sh all
-# Usage: [BUNDLE_EXTRA="file ..."] scripts/gpu-bundle.sh [DIR]   (default .carry/gpu)
+# Usage: [BUNDLE_SLIM=1] [BUNDLE_EXTRA="file ..."] scripts/gpu-bundle.sh [DIR]   (default .carry/gpu)
 #   BUNDLE_EXTRA: more executables to ship beside the bundle's (e.g. a megaops-bench built
 #   from an earlier commit, for `gpu-run.sh compare`), copied in and stripped.
+#   BUNDLE_SLIM=1: only the `megaops` command, gpu-run.sh and the Python side, which is
+#   what gpu-run.sh's engine, e2e, trace, sweep, tune and coldstart modes need with TESTS
+#   empty; no test executables are built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pack=${1:-.carry/gpu}
 dir=target/gpu-bundle/gpu
 rm -rf "$dir" "$pack" && mkdir -p "$dir/tests" "$pack"
-packages=(-p megaops-device-kernels -p megaops-examples -p megaops-kernels -p megaops-models)
-cargo test --release --no-run "${packages[@]}" --message-format=json 2>/dev/null \
-  | python3 -c '
+if [ "${BUNDLE_SLIM:-}" = 1 ]; then
+  cargo build --release -p megaops-cli --bins
+  cp target/release/megaops "$dir/"
+else
+  packages=(-p megaops-device-kernels -p megaops-examples -p megaops-kernels -p megaops-models)
+  cargo test --release --no-run "${packages[@]}" --message-format=json 2>/dev/null \
+    | python3 -c '
 import json, sys
 for line in sys.stdin:
     try: m = json.loads(line)
@@ -25,11 +32,12 @@ for line in sys.stdin:
             and m["target"]["kind"] != ["bin"]:
         print(m["target"]["name"] + "\t" + m["executable"])
 ' | while IFS=$'\t' read -r name exe; do
-    cp "$exe" "$dir/tests/${name}"
-  done
-cargo build --release -p megaops-bench -p megaops-examples -p megaops-cli --bins
-cp target/release/megaops-bench target/release/megaops "$dir/"
-for b in target/release/fig1 target/release/mlp; do [ -f "$b" ] && cp "$b" "$dir/"; done
+      cp "$exe" "$dir/tests/${name}"
+    done
+  cargo build --release -p megaops-bench -p megaops-examples -p megaops-cli --bins
+  cp target/release/megaops-bench target/release/megaops "$dir/"
+  for b in target/release/fig1 target/release/mlp; do [ -f "$b" ] && cp "$b" "$dir/"; done
+fi
 cp scripts/gpu-run.sh "$dir/"
 for b in ${BUNDLE_EXTRA:-}; do cp "$b" "$dir/" && strip "$dir/$(basename "$b")" 2>/dev/null || true; done
 # The Python side: the SDPA baseline, the transformers comparison and the fixture maker.

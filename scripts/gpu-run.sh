@@ -9,7 +9,8 @@
 #   each) into $OUT/e2e.jsonl, then
 #   torch_baseline.py once per ';'-separated set of TORCH_ARGS (TORCH_TIMEOUT each;
 #   skipped when TORCH_ARGS=none) with the
-#   read bandwidth megaops measured, into $OUT/torch.jsonl; TESTS' GPU tests first;
+#   read bandwidth megaops measured, into $OUT/torch.jsonl (with TORCH_DEADLINE_S, no
+#   torch row starts later than that many seconds after this script did); TESTS' GPU tests first;
 #   with BREAKDOWN_ARGS, `megaops bench --breakdown $BREAKDOWN_ARGS` after the bench.
 #   trace: TESTS' GPU tests, then `megaops generate --trace` for each of TRACE_PRESETS
 #   (128-token prompt, 8 new tokens) and `megaops bench $TRACE_BENCH_ARGS --trace`
@@ -155,8 +156,13 @@ if [ "$what" = e2e ]; then
     [ ${#torch_sets[@]} -eq 0 ] && torch_sets=("")
     : > "$OUT/e2e/torch.log"
     for set in "${torch_sets[@]}"; do
+      budget=
+      if [ -n "${TORCH_DEADLINE_S:-}" ]; then
+        budget=$(( TORCH_DEADLINE_S - ($(date +%s) - t0) ))
+        if [ "$budget" -le 0 ]; then echo "torch_baseline $set: skipped, TORCH_DEADLINE_S passed" >> "$summary"; continue; fi
+      fi
       PYTHONUNBUFFERED=1 timeout -k 5 "${TORCH_TIMEOUT:-300}" python3 torch_baseline.py --megaops ./megaops \
-        ${read_gbps:+--read-gbps $read_gbps} $set --json "$OUT/torch.jsonl" >> "$OUT/e2e/torch.log" 2>&1
+        ${read_gbps:+--read-gbps $read_gbps} $set ${budget:+--budget-s $budget} --json "$OUT/torch.jsonl" >> "$OUT/e2e/torch.log" 2>&1
       echo "torch_baseline $set: rc=$? at +$(( $(date +%s) - t0 ))s $(grep -a -v '^{' "$OUT/e2e/torch.log" | tail -2 | tr '\n' ' ')" >> "$summary"
     done
   fi
