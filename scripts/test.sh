@@ -11,4 +11,6 @@ cargo clippy --workspace --all-targets -- -D warnings
 # features (`-p megaops` alone would resolve other features and rebuild much of the tree).
 ptxas_tests=(every_kernel_entry_assembles_without_spills no_function_keeps_much_state_in_local_memory)
 cargo test --workspace -- "${ptxas_tests[@]/#/--skip=}"
-cargo test --workspace --test ptxas -- --nocapture "${ptxas_tests[@]}"
+out=$(cargo test --workspace --test ptxas -- --nocapture "${ptxas_tests[@]}" 2>&1) || { echo "$out"; exit 1; }
+echo "$out"
+grep -q "ok. ${#ptxas_tests[@]} passed" <<< "$out" || { echo "the PTX validation did not run ${ptxas_tests[*]}" >&2; exit 1; }
