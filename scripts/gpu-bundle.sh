@@ -17,7 +17,6 @@ dir=target/gpu-bundle/gpu
 rm -rf "$dir" "$pack" && mkdir -p "$dir/tests" "$pack"
 if [ "${BUNDLE_SLIM:-}" = 1 ]; then
   cargo build --release -p megaops-cli --bins
-  cp target/release/megaops "$dir/"
 else
   packages=(-p megaops-device-kernels -p megaops-examples -p megaops-kernels -p megaops-models)
   cargo test --release --no-run "${packages[@]}" --message-format=json 2>/dev/null \
@@ -35,10 +34,10 @@ for line in sys.stdin:
       cp "$exe" "$dir/tests/${name}"
     done
   cargo build --release -p megaops-bench -p megaops-examples -p megaops-cli --bins
-  cp target/release/megaops-bench target/release/megaops "$dir/"
+  cp target/release/megaops-bench "$dir/"
   for b in target/release/fig1 target/release/mlp; do [ -f "$b" ] && cp "$b" "$dir/"; done
 fi
-cp scripts/gpu-run.sh "$dir/"
+cp target/release/megaops scripts/gpu-run.sh "$dir/"
 for b in ${BUNDLE_EXTRA:-}; do cp "$b" "$dir/" && strip "$dir/$(basename "$b")" 2>/dev/null || true; done
 # The Python side: the SDPA baseline, the transformers comparison and the fixture maker.
 for f in bench/*.py; do [ -f "$f" ] && cp "$f" "$dir/"; done
