@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Prints issue 14's full table from the rows of `megaops bench --json` and
+`torch_baseline.py --json` (bench/e2e.jsonl) as Markdown, one table per GPU:
+
+    python3 bench/table_e2e.py bench/e2e.jsonl [device ...]
+
+Devices are parts of the rows' device names (default: H200 H100). One line per model,
+workload and batch; one column per mode, each cell the newest row of that model,
+workload, batch and mode on that GPU, tagged with its run: the decode step (ms) for the
+decode workloads, the prefill (ms) for prefill. The baseline's columns are its step
+compiled and captured, and captured without compile (its prefill: compiled, and eager);
+its step without a graph (`--modes eager`) is left out. MegaOps rows count only at the library's
+defaults (Rust prefill GEMMs, norm fusion off, RoPE fusion on, programmatic begin rule).
+The speed column is torch compiled+graph over MegaOps overlapped: from one run where both
+modes have a row of that run, else from the two newest rows (both runs are named, and
+ratios across runs hold only as far as the machine state did). An empty cell is a row
+not measured.
+"""
+
+import json
+import sys
+
+MODELS = ["qwen3-0.6b", "llama-3.2-1b", "qwen3-1.7b", "qwen3-8b"]
+WORKLOADS = ["short-decode", "long-decode", "prefill"]
+BATCHES = [1, 2, 4, 8, 16]
+# (column, the mode of its decode rows, the mode of its prefill rows): the baseline
+# captures its decode step with or without compile, and runs its prefill compiled or not.
+MODES = [
+    ("MegaOps overlapped", "overlapped", "overlapped"),
+    ("MegaOps serial", "serial", "serial"),
+    ("MegaOps eager", "eager", "eager"),
+    ("torch compiled (+graph)", "torch-compiled-graph", "torch-compiled-graph"),
+    ("torch not compiled (+graph)", "torch-eager-graph", "torch-eager"),
+]
+
+
+def at_defaults(r):
+    """Whether a MegaOps row ran the library's defaults (older rows lack the fields)."""
+    return (
+        r.get("prefill_gemm", "rust") == "rust"
+        and not r.get("norm_fusion", False)
+        and r.get("rope_fusion", True)
+        and r.get("begin_rule", "programmatic") == "programmatic"
+    )
+
+
+def figure(r):
+    return r["prefill_ms"] if r["workload"] == "prefill" else r["step_ms"]
+
+
+def cells_of(rows, device):
+    """(model, workload, batch, mode) -> the rows of that cell on `device`, newest last."""
+    cells = {}
+    for r in rows:
+        if device not in r.get("device", "") or figure(r) is None:
+            continue
+        if not r["mode"].startswith("torch-") and not at_defaults(r):
+            continue
+        cells.setdefault((r["model"], r["workload"], r["batch"], r["mode"]), []).append(r)
+    return cells
+
+
+def tables(rows, device):
+    cells = cells_of(rows, device)
+    out = [
+        "| model | workload | batch | " + " | ".join(label for label, _, _ in MODES) + " | speed |",
+        "|---|---|---|" + "---|" * (len(MODES) + 1),
+    ]
+    filled = total = 0
+    for model in MODELS:
+        for workload in WORKLOADS:
+            for batch in BATCHES:
+                line = [model, workload, str(batch)]
+                for _, decode_mode, prefill_mode in MODES:
+                    mode = prefill_mode if workload == "prefill" else decode_mode
+                    total += 1
+                    got = cells.get((model, workload, batch, mode))
+                    if got:
+                        filled += 1
+                        line.append(f"{figure(got[-1]):.4g} ({got[-1].get('run', '?')})")
+                    else:
+                        line.append("")
+                line.append(speed(cells, model, workload, batch))
+                out.append("| " + " | ".join(line) + " |")
+    return out, filled, total
+
+
+def speed(cells, model, workload, batch):
+    ours = cells.get((model, workload, batch, "overlapped"), [])
+    theirs = cells.get((model, workload, batch, "torch-compiled-graph"), [])
+    if not ours or not theirs:
+        return ""
+    same = [(o, t) for t in reversed(theirs) for o in reversed(ours) if o.get("run") == t.get("run")]
+    o, t = same[0] if same else (ours[-1], theirs[-1])
+    runs = o.get("run", "?") if o.get("run") == t.get("run") else f"{o.get('run', '?')} / {t.get('run', '?')}"
+    return f"{figure(t) / figure(o):.3f}× ({runs})"
+
+
+def main():
+    src = sys.argv[1]
+    devices = sys.argv[2:] or ["H200", "H100"]
+    rows = [json.loads(line) for line in open(src) if line.strip()]
+    for device in devices:
+        out, filled, total = tables(rows, device)
+        print(f"#### {device}: {filled} of {total} cells measured\n")
+        print("\n".join(out))
+        print()
+    if len(devices) > 1:
+        anywhere = {
+            k
+            for d in devices
+            for k in cells_of(rows, d)
+            if k[0] in MODELS
+            and k[1] in WORKLOADS
+            and k[2] in BATCHES
+            and k[3] in {m[2] if k[1] == "prefill" else m[1] for m in MODES}
+        }
+        print(f"On any of {', '.join(devices)}: {len(anywhere)} of {total} cells measured.")
+
+
+if __name__ == "__main__":
+    main()
