@@ -4,6 +4,11 @@
 
     python3 bench/table_e2e.py bench/e2e.jsonl [device ...]
 
+    python3 bench/table_e2e.py --missing bench/e2e.jsonl [device ...]
+
+With --missing it prints instead the E2E_ARGS and TORCH_ARGS of `gpu-run.sh e2e` that
+measure the cells empty on every listed GPU (torch's compiling sets last).
+
 Devices are parts of the rows' device names (default: H200 H100). One line per model,
 workload and batch; one column per mode, each cell the newest row of that model,
 workload, batch and mode on that GPU, tagged with its run: the decode step (ms) for the
@@ -96,25 +101,59 @@ def speed(cells, model, workload, batch):
     return f"{figure(t) / figure(o):.3f}× ({runs})"
 
 
+def wanted():
+    """Every cell of the table: (model, workload, batch, mode)."""
+    for model in MODELS:
+        for workload in WORKLOADS:
+            for batch in BATCHES:
+                for _, decode_mode, prefill_mode in MODES:
+                    yield model, workload, batch, prefill_mode if workload == "prefill" else decode_mode
+
+
+def missing_sets(empty):
+    """`gpu-run.sh e2e`'s E2E_ARGS and TORCH_ARGS that measure the empty cells: one set per
+    model, workload and mode; an empty torch cell also asks for MegaOps overlapped rows of
+    the same run, so that its ratio is of one machine state."""
+    ours, theirs = {}, {}
+    for model, workload, batch, mode in empty:
+        if mode.startswith("torch-"):
+            theirs.setdefault((model, workload, mode[len("torch-"):]), set()).add(batch)
+            ours.setdefault((model, workload, "overlapped"), set()).add(batch)
+        else:
+            ours.setdefault((model, workload, mode), set()).add(batch)
+
+    def sets(groups):
+        # Compiling sets last: they cost a minute or more of autotuning a row.
+        order = sorted(groups.items(), key=lambda g: g[0][2] == "compiled-graph")
+        return ";".join(
+            f"--presets {m} --workloads {w} --batches {','.join(map(str, sorted(b)))} --modes {mode}"
+            for (m, w, mode), b in order
+        )
+
+    return sets(ours), sets(theirs)
+
+
 def main():
-    src = sys.argv[1]
-    devices = sys.argv[2:] or ["H200", "H100"]
+    args = sys.argv[1:]
+    missing = "--missing" in args
+    args = [a for a in args if a != "--missing"]
+    src = args[0]
+    devices = args[1:] or ["H200", "H100"]
     rows = [json.loads(line) for line in open(src) if line.strip()]
+    if missing:
+        have = set().union(*(cells_of(rows, d).keys() for d in devices))
+        e2e, torch = missing_sets([c for c in wanted() if c not in have])
+        print(f'E2E_ARGS="{e2e}"')
+        print(f'TORCH_ARGS="{torch}"')
+        return
     for device in devices:
         out, filled, total = tables(rows, device)
         print(f"#### {device}: {filled} of {total} cells measured\n")
         print("\n".join(out))
         print()
     if len(devices) > 1:
-        anywhere = {
-            k
-            for d in devices
-            for k in cells_of(rows, d)
-            if k[0] in MODELS
-            and k[1] in WORKLOADS
-            and k[2] in BATCHES
-            and k[3] in {m[2] if k[1] == "prefill" else m[1] for m in MODES}
-        }
+        measured = set().union(*(cells_of(rows, d).keys() for d in devices))
+        anywhere = [c for c in wanted() if c in measured]
         print(f"On any of {', '.join(devices)}: {len(anywhere)} of {total} cells measured.")
 
 
