@@ -262,8 +262,9 @@ pub struct Tune {
     #[arg(long, default_value = "rust")]
     pub prefill_gemm: GemmBackend,
     /// Knob families to hold at the planners' values (config, prefetch, padding,
-    /// release, split, streams, tiles, chunks); a plan tuned so is not cached.
-    #[arg(long, value_delimiter = ',')]
+    /// release, split, streams, tiles, chunks); a plan tuned so is not cached. Not with
+    /// --ablation, which holds each family in turn.
+    #[arg(long, value_delimiter = ',', conflicts_with = "ablation")]
     pub hold: Vec<String>,
     /// The cache file (default: $MEGAOPS_TUNE_CACHE, else ~/.cache/megaops/tune.json).
     #[arg(long)]
@@ -276,10 +277,10 @@ pub struct Tune {
     #[arg(long)]
     pub ablation: bool,
     /// With --ablation: write its rows as JSON lines here.
-    #[arg(long)]
+    #[arg(long, requires = "ablation")]
     pub json: Option<PathBuf>,
     /// With --ablation: draw the slowdowns (PNG) here.
-    #[arg(long)]
+    #[arg(long, requires = "ablation")]
     pub plot: Option<PathBuf>,
 }
 

@@ -329,7 +329,8 @@ fn show(path: &Path) -> Result<()> {
         println!("{}: no tuned plans", path.display());
         return Ok(());
     }
-    println!("{}: {} tuned plans", path.display(), cache.entries.len());
+    let n = cache.entries.len();
+    println!("{}: {n} tuned plan{}", path.display(), if n == 1 { "" } else { "s" });
     for e in &cache.entries {
         let k = &e.key;
         println!(

@@ -464,11 +464,103 @@ fn tune_refuses_what_it_cannot_time_with_a_clear_error() {
             ][..],
             "1 to 64 chunks",
         ),
+        (&["tune", "--preset", "tiny", "--json", "rows.jsonl"][..], "--ablation"),
+        (
+            &["tune", "--preset", "tiny", "--ablation", "--hold", "prefetch"][..],
+            "'--ablation' cannot be used with '--hold",
+        ),
     ] {
         let out = megaops(args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && err.contains(needle), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn tune_ablation_times_each_held_family_and_writes_rows_and_a_plot() {
+    let dir = std::env::temp_dir().join(format!("megaops-cli-ablation-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (cache, json, png) = (
+        dir.join("tune.json"),
+        dir.join("ablation.jsonl"),
+        dir.join("ablation.png"),
+    );
+    let path = |p: &Path| p.to_str().expect("utf-8 path").to_string();
+    let out = megaops_with_cache(
+        &[
+            "tune",
+            "--preset",
+            "tiny",
+            "--layers",
+            "1",
+            "--budget-s",
+            "1",
+            "--replays",
+            "2",
+            "--ablation",
+            "--json",
+            &path(&json),
+            "--plot",
+            &path(&png),
+        ],
+        &cache,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("tiny: graph-level tuning ablation (short-decode, whole model)"),
+        "{stdout}"
+    );
+
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(&json)
+        .expect("the rows")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON row"))
+        .collect();
+    let settings: Vec<&str> = rows.iter().map(|r| r["setting"].as_str().expect("setting")).collect();
+    assert_eq!(
+        settings,
+        [
+            "full tuning",
+            "no graph-level tuning",
+            "no prefetch tuning",
+            "no padding / split tuning",
+            "no release tuning",
+            "no stream tuning",
+            "no data-tile tuning",
+            "no fusion tuning",
+        ]
+    );
+    let full = rows[0]["step_ms"].as_f64().expect("step_ms");
+    for r in &rows {
+        let step = r["step_ms"].as_f64().expect("step_ms");
+        assert!(step.is_finite() && step > 0.0, "{r}");
+        let slowdown = r["slowdown_vs_full"].as_f64().expect("slowdown");
+        assert!((slowdown - step / full).abs() < 1e-9, "{r}");
+        assert_eq!(
+            (r["batch"].as_u64(), r["layers_tuned"].as_u64()),
+            (Some(1), Some(1)),
+            "{r}"
+        );
+        // The line a user reads for each row.
+        assert!(
+            stdout.contains(&format!(
+                "| 1 | {} | {step:.4} |",
+                r["setting"].as_str().expect("setting")
+            )),
+            "{stdout}"
+        );
+    }
+    let plot = std::fs::read(&png).expect("the plot");
+    assert!(plot.starts_with(b"\x89PNG"), "not a PNG");
+    // The full plan is cached; the held ones are not.
+    let show = megaops(&["tune", "--show", "--cache", &path(&cache)]);
+    assert!(
+        String::from_utf8_lossy(&show.stdout).contains(": 1 tuned plan\n"),
+        "{}",
+        String::from_utf8_lossy(&show.stdout)
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
