@@ -71,23 +71,16 @@ def tables(rows, device):
         "| model | workload | batch | " + " | ".join(label for label, _, _ in MODES) + " | speed |",
         "|---|---|---|" + "---|" * (len(MODES) + 1),
     ]
-    filled = total = 0
-    for model in MODELS:
-        for workload in WORKLOADS:
-            for batch in BATCHES:
-                line = [model, workload, str(batch)]
-                for _, decode_mode, prefill_mode in MODES:
-                    mode = prefill_mode if workload == "prefill" else decode_mode
-                    total += 1
-                    got = cells.get((model, workload, batch, mode))
-                    if got:
-                        filled += 1
-                        line.append(f"{figure(got[-1]):.4g} ({got[-1].get('run', '?')})")
-                    else:
-                        line.append("")
-                line.append(speed(cells, model, workload, batch))
-                out.append("| " + " | ".join(line) + " |")
-    return out, filled, total
+    filled = 0
+    for model, workload, batch, modes in table_lines():
+        line = [model, workload, str(batch)]
+        for mode in modes:
+            got = cells.get((model, workload, batch, mode))
+            filled += bool(got)
+            line.append(f"{figure(got[-1]):.4g} ({got[-1].get('run', '?')})" if got else "")
+        line.append(speed(cells, model, workload, batch))
+        out.append("| " + " | ".join(line) + " |")
+    return out, filled
 
 
 def speed(cells, model, workload, batch):
@@ -101,13 +94,20 @@ def speed(cells, model, workload, batch):
     return f"{figure(t) / figure(o):.3f}× ({runs})"
 
 
-def wanted():
-    """Every cell of the table: (model, workload, batch, mode)."""
+def table_lines():
+    """Every line of the table: (model, workload, batch, the mode of each column)."""
     for model in MODELS:
         for workload in WORKLOADS:
             for batch in BATCHES:
-                for _, decode_mode, prefill_mode in MODES:
-                    yield model, workload, batch, prefill_mode if workload == "prefill" else decode_mode
+                modes = [p if workload == "prefill" else d for _, d, p in MODES]
+                yield model, workload, batch, modes
+
+
+def wanted():
+    """Every cell of the table: (model, workload, batch, mode)."""
+    for model, workload, batch, modes in table_lines():
+        for mode in modes:
+            yield model, workload, batch, mode
 
 
 def missing_sets(empty):
@@ -140,22 +140,21 @@ def main():
     src = args[0]
     devices = args[1:] or ["H200", "H100"]
     rows = [json.loads(line) for line in open(src) if line.strip()]
+    measured = set().union(*(cells_of(rows, d).keys() for d in devices))
     if missing:
-        have = set().union(*(cells_of(rows, d).keys() for d in devices))
-        e2e, torch = missing_sets([c for c in wanted() if c not in have])
+        e2e, torch = missing_sets([c for c in wanted() if c not in measured])
         print(f'E2E_ARGS="{e2e}"')
         print(f'TORCH_ARGS="{torch}"')
         return
+    total = len(list(wanted()))
     for device in devices:
-        out, filled, total = tables(rows, device)
+        out, filled = tables(rows, device)
         print(f"#### {device}: {filled} of {total} cells measured\n")
         print("\n".join(out))
         print()
     if len(devices) > 1:
-        measured = set().union(*(cells_of(rows, d).keys() for d in devices))
         anywhere = [c for c in wanted() if c in measured]
         print(f"On any of {', '.join(devices)}: {len(anywhere)} of {total} cells measured.")
-
 
 if __name__ == "__main__":
     main()
