@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
-"""Plots decode tokens/s per batch size, MegaOps against PyTorch, from the rows that
-`megaops bench --json` and `torch_baseline.py --json` write (bench/e2e.jsonl):
+"""Plots tokens/s per batch size of one workload, MegaOps against PyTorch, from the rows
+that `megaops bench --json` and `torch_baseline.py --json` write (bench/e2e.jsonl):
 
     python3 bench/plot_e2e.py bench/e2e.jsonl bench/e2e.png [workload] [device]
 
 Only the rows of one GPU (device: a part of the rows' device name, default "H200") are
-drawn, since ratios hold only within one machine. One panel per model, one line per mode
-(the last row of each model, workload, batch and mode wins); modes without rows for a
-model are left out.
+drawn, since ratios hold only within one machine, and only MegaOps rows at the library's
+defaults (`table_e2e.at_defaults`: Rust prefill GEMMs, no norm fusion, ...). One panel per
+model, one line per mode (the last row of each model, workload, batch and mode wins);
+modes without rows for a model are left out. PyTorch without compile is its captured step
+for the decode workloads and its eager prefill for `prefill`.
 """
 
 import json
 import sys
 
 import matplotlib
+from table_e2e import at_defaults
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -23,6 +26,7 @@ MODES = {
     "serial": ("MegaOps serial", "--", "o", "tab:cyan"),
     "torch-compiled-graph": ("PyTorch compiled + graph", "-", "s", "tab:red"),
     "torch-eager-graph": ("PyTorch eager + graph", "--", "s", "tab:orange"),
+    "torch-eager": ("PyTorch eager", "--", "s", "tab:orange"),
 }
 
 
@@ -35,6 +39,11 @@ def main():
         r = json.loads(line)
         if device not in r.get("device", "") or r["workload"] != workload:
             continue
+        if not r["mode"].startswith("torch-") and not at_defaults(r):
+            continue
+        # PyTorch without compile: the captured step in decode, the eager prefill.
+        if r["mode"] == ("torch-eager-graph" if workload == "prefill" else "torch-eager"):
+            continue
         if r["mode"] in MODES and r.get("tokens_per_s"):
             best[(r["model"], r["mode"], r["batch"])] = r["tokens_per_s"]
     models = sorted({m for m, _, _ in best})
@@ -42,6 +51,8 @@ def main():
     for ax, model in zip(axes[0], models):
         for mode, (label, style, marker, color) in MODES.items():
             pts = sorted((b, t) for (m, md, b), t in best.items() if m == model and md == mode)
+            if workload == "prefill":
+                label = label.replace(" + graph", "")  # the baseline's prefill is not captured
             if pts:
                 ax.plot([b for b, _ in pts], [t for _, t in pts], style, marker=marker, color=color, label=label)
         ax.set_xscale("log", base=2)
@@ -51,7 +62,7 @@ def main():
         ax.set_ylabel("tokens/s")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    fig.suptitle(f"{workload}: decode tokens/s on one {device}")
+    fig.suptitle(f"{workload}: tokens/s on one {device}")
     fig.tight_layout()
     fig.savefig(dst, dpi=110)
 
