@@ -247,6 +247,30 @@ fn only_traced_launches_record_and_an_async_stream_traces_all() -> Result<()> {
 }
 
 #[test]
+fn a_launch_names_its_site_in_traces_breakdowns_and_profiles() -> Result<()> {
+    let dev = cpu_device(7)?;
+    dev.start_trace(4096)?;
+    let s = AsyncStream::new(&dev, 2)?;
+    s.set_profiling(true);
+    let mut y = Tiled::<f32, DynRows>::new(&dev, &[M as usize, N as usize], DynRows(ROWS_PER_DATA_TILE), "y")?;
+    let mut z = Tiled::<f32, DynRows>::new(&dev, &[M as usize, N as usize], DynRows(C_BM), "z")?;
+    produce::launch_with(&s, &LaunchOptions::config(1).traced(), &mut y, M, N, 3, 0)?;
+    let named = LaunchOptions::default().traced().site("layer.stencil");
+    next_row_stencil::launch_with(&s, &named, &y, &mut z, M, N, 1)?;
+    check_stencil(&z.to_vec()?);
+    let sites: Vec<(&str, Option<&str>)> = s.take_profile().iter().map(|p| (p.kernel, p.site)).collect();
+    assert_eq!(sites, [("produce", None), ("next_row_stencil", Some("layer.stencil"))]);
+    let trace = dev.take_trace()?;
+    let mut labels: Vec<String> = trace.launches.iter().map(|l| l.label()).collect();
+    labels.sort();
+    assert_eq!(labels, ["layer.stencil: next_row_stencil[BM=4]", "produce[BM=7, BN=5]"]);
+    let mut ops: Vec<String> = trace.breakdown().operators.into_iter().map(|o| o.operator).collect();
+    ops.sort();
+    assert_eq!(ops, labels, "the breakdown's operators are the labels");
+    Ok(())
+}
+
+#[test]
 fn a_small_log_counts_what_it_drops() -> Result<()> {
     let dev = cpu_device(1)?;
     dev.start_trace(5)?;

@@ -347,7 +347,7 @@ fn bench_refuses_bad_requests_before_running() {
 }
 
 /// A `--trace` folder's files: Perfetto JSON with `traceEvents` (tile slices named
-/// `kernel[config]`), PNGs that start with the PNG signature.
+/// `site: kernel[config]`), PNGs that start with the PNG signature.
 fn check_trace_files(dir: &std::path::Path, stem: &str) {
     let text = std::fs::read_to_string(dir.join(format!("{stem}.json"))).expect("the trace JSON");
     let v: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
@@ -355,8 +355,8 @@ fn check_trace_files(dir: &std::path::Path, stem: &str) {
     assert!(
         events
             .iter()
-            .any(|e| e["cat"] == "tile" && e["name"].as_str().is_some_and(|n| n.starts_with("gemv[BN="))),
-        "{stem}: a tile slice names operator and config"
+            .any(|e| e["cat"] == "tile" && e["name"].as_str().is_some_and(|n| n.starts_with("attn.qkv: gemv[BN="))),
+        "{stem}: a tile slice names site, operator and config"
     );
     for png in ["timeline", "breakdown"] {
         let bytes = std::fs::read(dir.join(format!("{stem}-{png}.png"))).expect("the PNG");

@@ -67,6 +67,8 @@ pub(crate) struct LaunchNote {
     /// The stream it was submitted to, as reports name it (`stream #4`, or
     /// `stream #4 (lane 1 of AsyncStream #2)`); empty until submitted.
     pub stream: String,
+    /// The call site's name for it (`LaunchOptions::site`).
+    pub site: Option<&'static str>,
 }
 
 /// Notes of recent launches, by launch id.
@@ -331,6 +333,7 @@ mod tests {
                 timeout_ns: 5_000_000_000,
                 config: "",
                 stream: "stream #9".into(),
+                site: None,
             },
         );
         n.insert(
@@ -343,6 +346,7 @@ mod tests {
                 timeout_ns: 5_000_000_000,
                 config: "",
                 stream: "stream #4 (lane 1 of AsyncStream #2)".into(),
+                site: None,
             },
         );
         n

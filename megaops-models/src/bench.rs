@@ -523,10 +523,11 @@ pub fn read_bandwidth_gbps(device: &Device) -> Result<Option<f64>> {
     Ok(Some((vectors * 16) as f64 / (ms * 1e-3) / 1e9))
 }
 
-/// The time of one operator (a kernel at one config and grid) in a profiled step.
+/// The time of one operator (a kernel at one config and grid, at one site of the model)
+/// in a profiled step.
 #[derive(Clone, Debug, Serialize)]
 pub struct OpTime {
-    /// `kernel[entry]×ctas`.
+    /// `site: kernel[entry]×ctas` ([`op_name`]).
     pub op: String,
     /// Its launches in the step (one per layer for a layer's operator).
     pub launches: usize,
@@ -563,6 +564,16 @@ pub struct Breakdown {
     pub ops: Vec<OpTime>,
 }
 
+/// How a breakdown names a launch: `kernel[entry]×ctas`, after `site: ` when the launch
+/// names its site (the engine's launches do: `attn.qkv`, `mlp.down`, …).
+pub fn op_name(s: &megaops::LaunchSpan) -> String {
+    let op = format!("{}[{}]×{}", s.kernel, s.entry, s.ctas);
+    match s.site {
+        Some(site) => format!("{site}: {op}"),
+        None => op,
+    }
+}
+
 /// Spans in ms from the first start: (op, start, end).
 fn spans_ms(spans: &[megaops::LaunchSpan]) -> Result<Vec<(String, f64, f64)>> {
     let Some(first) = spans.first() else {
@@ -572,7 +583,7 @@ fn spans_ms(spans: &[megaops::LaunchSpan]) -> Result<Vec<(String, f64, f64)>> {
     for s in spans {
         let a = first.start.elapsed_ms(&s.start)? as f64;
         let b = first.start.elapsed_ms(&s.end)? as f64;
-        out.push((format!("{}[{}]×{}", s.kernel, s.entry, s.ctas), a, b));
+        out.push((op_name(s), a, b));
     }
     let t0 = out.iter().map(|s| s.1).fold(f64::INFINITY, f64::min);
     for s in &mut out {

@@ -287,7 +287,9 @@ impl CausalLm {
         let sms = on.device().sm_count();
         let pick = pass.lm_head_choice.pick();
         let choice = plan::choose_with(lm_head::CONFIGS, pick, 1, b, v, h, sms, 1, Placement::BesideProducer)?;
-        let head_opts = pass.lm_head_choice.apply(LaunchOptions::config(choice.config));
+        let head_opts = pass
+            .lm_head_choice
+            .apply(Site::LmHead, LaunchOptions::config(choice.config));
         pass.logits.rearm();
         match pass.last_rows.as_ref() {
             None => lm_head::launch_with(on, &head_opts, &pass.xf, w, &mut pass.logits, b, v, h)?,

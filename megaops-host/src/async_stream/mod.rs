@@ -227,6 +227,8 @@ pub struct LaunchSpan {
     pub entry: &'static str,
     /// CTAs of the launch.
     pub ctas: u32,
+    /// The call site's name for it ([`LaunchOptions::site`](crate::LaunchOptions)).
+    pub site: Option<&'static str>,
     /// Index of the stream it ran on (the partition's stream is the last).
     pub stream: usize,
     /// Recorded before the kernel.
@@ -544,6 +546,7 @@ impl LaunchTarget for AsyncStream {
                             timeout_ns: launch.ctx.timeout_ns,
                             config: "",
                             stream: self.lane_name(s),
+                            site: None,
                         },
                     );
                     Some(Hold::Kernel(prev.token, ctx))
@@ -651,6 +654,7 @@ impl LaunchTarget for AsyncStream {
                 kernel: launch.kernel,
                 entry: launch.entry,
                 ctas: launch.grid.iter().product(),
+                site: launch.note.site,
                 stream: s,
                 start,
                 end,

@@ -515,6 +515,7 @@ impl<'a> KernelLaunch<'a> {
             timeout_ns: ctx.timeout_ns,
             config: self.config_name,
             stream: String::new(),
+            site: self.opts.site,
         };
         let prepared = PreparedLaunch {
             kernel: self.kernel,

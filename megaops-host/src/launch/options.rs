@@ -56,6 +56,11 @@ pub struct LaunchOptions {
     /// Record this launch's kernel tiles in the device's trace log
     /// ([`Device::start_trace`]); an AsyncStream with tracing on traces every launch.
     pub traced: bool,
+    /// What the launch computes in the caller's terms, e.g. the model operator whose
+    /// kernel it runs (`attn.qkv`): profiles ([`LaunchSpan::site`](crate::LaunchSpan)) and
+    /// traces ([`TracedLaunch::label`](crate::trace::TracedLaunch::label)) show it before the
+    /// kernel's name, so that two sites running one kernel and config stay apart.
+    pub site: Option<&'static str>,
 }
 
 impl LaunchOptions {
@@ -106,6 +111,12 @@ impl LaunchOptions {
     /// Records the launch's kernel tiles in the device's trace log.
     pub fn traced(mut self) -> Self {
         self.traced = true;
+        self
+    }
+
+    /// Names the call site (see [`LaunchOptions::site`]).
+    pub fn site(mut self, site: &'static str) -> Self {
+        self.site = Some(site);
         self
     }
 }

@@ -65,6 +65,7 @@ impl ChunkedWork {
                 timeout_ns,
                 config: "",
                 stream: format!("stream #{} (side stream {lane})", stream.id()),
+                site: None,
             },
         );
         runtime::wait_word(stream, &self.flags, c.index as u32, 1, self.flags_id, ctx)?;

@@ -230,6 +230,7 @@ mod tests {
             stream: "stream #1".into(),
             tile_grid: vec![2],
             waits_on: waits_on.to_vec(),
+            site: None,
         }
     }
 

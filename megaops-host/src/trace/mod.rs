@@ -64,16 +64,22 @@ pub struct TracedLaunch {
     pub tile_grid: Vec<u32>,
     /// The launches that produce the synchronised inputs it waits on.
     pub waits_on: Vec<u32>,
+    /// The call site's name for it ([`LaunchOptions::site`](crate::LaunchOptions)).
+    pub site: Option<String>,
 }
 
 impl TracedLaunch {
-    /// `kernel[config]`, or the kernel alone when it has no config constants: the name
-    /// timelines and breakdowns use.
+    /// `kernel[config]`, or the kernel alone when it has no config constants, after
+    /// `site: ` when the launch names its site: the name timelines and breakdowns use.
     pub fn label(&self) -> String {
-        if self.config.is_empty() {
+        let kernel = if self.config.is_empty() {
             self.kernel.clone()
         } else {
             format!("{}[{}]", self.kernel, self.config)
+        };
+        match &self.site {
+            Some(site) => format!("{site}: {kernel}"),
+            None => kernel,
         }
     }
 }
@@ -310,6 +316,7 @@ impl Device {
                         w.dedup();
                         w
                     },
+                    site: n.site.map(str::to_string),
                 },
                 None => TracedLaunch {
                     launch_id: id,
@@ -318,6 +325,7 @@ impl Device {
                     stream: String::new(),
                     tile_grid: Vec::new(),
                     waits_on: Vec::new(),
+                    site: None,
                 },
             };
             launches.push(launch);

@@ -19,7 +19,7 @@ use super::mlp::{DECODE_MAX_M, PREFILL_ROW_TILE, prefill_gemm_config};
 use super::prefill_gemm::PrefillGemm;
 use crate::config::{Architecture, Config};
 use crate::error::{ModelError, Result};
-use crate::tune::SiteChoice;
+use crate::tune::{Site, SiteChoice};
 use megaops::launch::AsInput;
 use megaops::subkernel::cublaslt::Shaped;
 use megaops::{Device, DynGrid, DynRows, LaunchOptions, LaunchTarget, R2, ReleaseNext, Tensor, Tiled, bf16};
@@ -257,7 +257,7 @@ impl Attention {
                 acts.qkv.rearm();
                 plan::linear_add_norm_with(
                     on,
-                    &choice.apply(LaunchOptions::default()),
+                    &choice.apply(Site::Qkv, LaunchOptions::default()),
                     choice.pick(),
                     norm.fused(),
                     &self.w_qkv,
@@ -303,7 +303,7 @@ impl Attention {
             let choice = acts.choices[0];
             plan::linear_with(
                 on,
-                &choice.apply(LaunchOptions::default()),
+                &choice.apply(Site::Qkv, LaunchOptions::default()),
                 choice.pick(),
                 xn,
                 &self.w_qkv,
@@ -321,7 +321,7 @@ impl Attention {
                 .unwrap_or_else(|| prefill_gemm_config(acts.m, d.qkv_dim(), sms));
             acts.gemm.linear(
                 on,
-                &choice.apply(acts.opts(c)),
+                &choice.apply(Site::Qkv, acts.opts(c)),
                 choice.chunks,
                 xn,
                 &self.w_qkv,
@@ -359,7 +359,7 @@ impl Attention {
         cache.v.rearm();
         qk_norm_rope::launch_with(
             on,
-            &acts.choices[1].apply(acts.opts(rope_config)),
+            &acts.choices[1].apply(Site::Rope, acts.opts(rope_config)),
             &acts.qkv,
             pos.positions,
             pos.slots,
@@ -384,7 +384,7 @@ impl Attention {
                 let config = decode::config_index(dh, hq, hkv).ok_or_else(|| {
                     ModelError::Unsupported(format!("decode attention for head_dim {dh}, {hq}/{hkv} heads"))
                 })?;
-                let opts = acts.choices[2].apply(acts.opts(config));
+                let opts = acts.choices[2].apply(Site::Attention, acts.opts(config));
                 let ws = acts
                     .decode_ws
                     .as_mut()
@@ -417,7 +417,7 @@ impl Attention {
                 let order = prefill::longest_first(on.device(), m, seq, bm, hq)?;
                 prefill_attention::launch_with(
                     on,
-                    &acts.choices[2].apply(acts.opts(config).remap(order)),
+                    &acts.choices[2].apply(Site::Attention, acts.opts(config).remap(order)),
                     &acts.q,
                     &cache.k,
                     &cache.v,
@@ -449,7 +449,7 @@ impl Attention {
         let (hq, hkv, dh) = (d.hq as u32, d.hkv as u32, d.head_dim as u32);
         let config = decode::config_index(dh, hq, hkv)
             .ok_or_else(|| ModelError::Unsupported(format!("decode attention for head_dim {dh}, {hq}/{hkv} heads")))?;
-        let opts = acts.choices[2].apply(acts.opts(config));
+        let opts = acts.choices[2].apply(Site::Attention, acts.opts(config));
         let flags = if d.qk_norm { rope::QK_NORM } else { 0 };
         let ws = acts
             .decode_ws
@@ -501,7 +501,7 @@ impl Attention {
             let choice = acts.choices[3];
             plan::linear_with(
                 on,
-                &choice.apply(LaunchOptions::default()),
+                &choice.apply(Site::OProj, LaunchOptions::default()),
                 choice.pick(),
                 &acts.o,
                 &self.w_o,
@@ -519,7 +519,7 @@ impl Attention {
                 .unwrap_or_else(|| prefill_gemm_config(acts.m, d.hidden, sms));
             acts.gemm.linear(
                 on,
-                &choice.apply(acts.opts(c)),
+                &choice.apply(Site::OProj, acts.opts(c)),
                 choice.chunks,
                 &acts.o,
                 &self.w_o,

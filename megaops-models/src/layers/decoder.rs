@@ -73,7 +73,7 @@ impl DecoderLayer {
     ) -> Result<()> {
         let m = acts.m as u32;
         let h = self.mlp.config().hidden as u32;
-        let opts = acts.norm.apply(LaunchOptions::config(norm_config(acts.m)?));
+        let opts = acts.norm.apply(Site::Norm, LaunchOptions::config(norm_config(acts.m)?));
         let res = match residual {
             Some(res) => {
                 let norm = AddNormInput {

@@ -37,7 +37,7 @@
 
 use super::add_norm::{AddNormInput, FusedNorm};
 use super::prefill_gemm::PrefillGemm;
-use crate::tune::SiteChoice;
+use crate::tune::{Site, SiteChoice};
 use megaops::launch::AsInput;
 use megaops::{
     Device, DynGrid, DynRows, Error, LaunchOptions, LaunchTarget, R2, ReleaseNext, Result, Tensor, Tiled, bf16,
@@ -435,7 +435,7 @@ impl Mlp {
                 acts.act.rearm();
                 plan::gate_up_add_norm_with(
                     on,
-                    &choice.apply(LaunchOptions::default()),
+                    &choice.apply(Site::GateUp, LaunchOptions::default()),
                     choice.pick(),
                     norm.fused(),
                     &self.w_gate_up,
@@ -464,7 +464,7 @@ impl Mlp {
                 let choice = acts.choices[0];
                 plan::gate_up_with(
                     on,
-                    &choice.apply(LaunchOptions::default()),
+                    &choice.apply(Site::GateUp, LaunchOptions::default()),
                     choice.pick(),
                     &acts.xn,
                     &self.w_gate_up,
@@ -481,7 +481,7 @@ impl Mlp {
                 let choice = acts.choices[1];
                 plan::linear_with(
                     on,
-                    &choice.apply(LaunchOptions::default()),
+                    &choice.apply(Site::Down, LaunchOptions::default()),
                     choice.pick(),
                     &acts.act,
                     &self.w_down,
@@ -505,7 +505,7 @@ impl Mlp {
                     let choice = acts.choices[0];
                     acts.gemm.linear(
                         on,
-                        &choice.apply(opts(choice.config.unwrap_or(acts.gemm_configs[0]))),
+                        &choice.apply(Site::GateUp, opts(choice.config.unwrap_or(acts.gemm_configs[0]))),
                         choice.chunks,
                         &acts.xn,
                         &self.w_gate_up,
@@ -524,7 +524,7 @@ impl Mlp {
                 let choice = acts.choices[1];
                 acts.gemm.linear(
                     on,
-                    &choice.apply(opts(choice.config.unwrap_or(acts.gemm_configs[1]))),
+                    &choice.apply(Site::Down, opts(choice.config.unwrap_or(acts.gemm_configs[1]))),
                     choice.chunks,
                     &acts.act,
                     &self.w_down,

@@ -170,9 +170,11 @@ impl SiteChoice {
         }
     }
 
-    /// `opts` with this choice's occupancy limit and release point applied (the config
-    /// is the caller's: it may come from a planner).
-    pub fn apply(&self, mut opts: megaops::LaunchOptions) -> megaops::LaunchOptions {
+    /// `opts` of a launch at `site`, named after it ([`Site::name`], which profiles and
+    /// traces show), with this choice's occupancy limit and release point applied (the
+    /// config is the caller's: it may come from a planner).
+    pub fn apply(&self, site: Site, mut opts: megaops::LaunchOptions) -> megaops::LaunchOptions {
+        opts.site = Some(site.name());
         if let Some(c) = self.occupancy_limit {
             opts.occupancy_limit = (c > 0).then_some(c);
         }
@@ -303,8 +305,11 @@ mod tests {
         let back: StepPlan = serde_json::from_str(&json).expect("parse");
         assert_eq!(back, plan);
         assert!(!back.is_default() && StepPlan::default().is_default());
-        let opts = back.site(Site::Down).apply(megaops::LaunchOptions::config(4));
+        let opts = back
+            .site(Site::Down)
+            .apply(Site::Down, megaops::LaunchOptions::config(4));
         assert_eq!(opts.occupancy_limit, Some(1));
+        assert_eq!(opts.site, Some("mlp.down"));
         assert_eq!(opts.release_next, ReleaseNext::LastCta);
         assert_eq!(back.site(Site::Qkv), SiteChoice::default());
         assert_eq!(
