@@ -96,7 +96,14 @@ impl LaunchNotes {
     fn kernel_and_tile(&self, launch_id: u32, tile: u32) -> String {
         match self.launches.get(&launch_id) {
             Some(n) if n.waits_for.is_some() => format!("AsyncStream wait before `{}`", n.kernel),
-            Some(n) => format!("{} CTA {}", n.kernel, fmt_coords(&tile_coords(tile, &n.tile_grid))),
+            Some(n) => {
+                let site = n.site.map(|s| format!(" ({s})")).unwrap_or_default();
+                format!(
+                    "{}{site} CTA {}",
+                    n.kernel,
+                    fmt_coords(&tile_coords(tile, &n.tile_grid))
+                )
+            }
             None => format!("launch #{launch_id} tile {tile}"),
         }
     }
@@ -382,6 +389,32 @@ mod tests {
         assert_eq!(
             notes.describe_timeout(&r),
             "matmul CTA (3,1) waited 5.0 s on y[2] = 1 of 3 signals"
+        );
+    }
+
+    #[test]
+    fn a_named_site_follows_the_kernel() {
+        let mut notes = note();
+        let mut named = notes.get(7).cloned().expect("launch 7");
+        named.site = Some("mlp.down");
+        notes.insert(8, named);
+        let r = ErrorRecord {
+            kind: 1,
+            launch_id: 8,
+            tile: 7,
+            tensor_id: 11,
+            sem_index: 2,
+            value: 0,
+            target: 3 * EPOCH_STRIDE,
+            _pad: 0,
+            waited_ns: 5_000_000_000,
+        };
+        assert!(
+            notes
+                .describe_timeout(&r)
+                .starts_with("matmul (mlp.down) CTA (3,1) waited 5.0 s on y[2]"),
+            "{}",
+            notes.describe_timeout(&r)
         );
     }
 

@@ -59,7 +59,8 @@ pub struct LaunchOptions {
     /// What the launch computes in the caller's terms, e.g. the model operator whose
     /// kernel it runs (`attn.qkv`): profiles ([`LaunchSpan::site`](crate::LaunchSpan)) and
     /// traces ([`TracedLaunch::label`](crate::trace::TracedLaunch::label)) show it before the
-    /// kernel's name, so that two sites running one kernel and config stay apart.
+    /// kernel's name, so that two sites running one kernel and config stay apart, and a
+    /// wait timeout's error names it after the kernel (`gemv (attn.qkv) CTA (3)`).
     pub site: Option<&'static str>,
 }
 
