@@ -17,11 +17,18 @@ const P_BM: u32 = 7;
 const P_BN: u32 = 5;
 const C_BM: u32 = 4;
 
+/// The program's tensors: `y` (the producer's output, tiled by 10 rows) and `z` (the
+/// stencil's, by its 4-row tiles).
+fn tensors(dev: &Device) -> Result<(Tiled<f32, DynRows>, Tiled<f32, DynRows>)> {
+    let y = Tiled::<f32, DynRows>::new(dev, &[M as usize, N as usize], DynRows(ROWS_PER_DATA_TILE), "y")?;
+    let z = Tiled::<f32, DynRows>::new(dev, &[M as usize, N as usize], DynRows(C_BM), "z")?;
+    Ok((y, z))
+}
+
 /// produce (config 1) → next_row_stencil (within its 4-row tiles) through `y`, tiled by
 /// 10 rows; returns the stencil's output.
 fn program(dev: &Device, s: &AsyncStream, traced_consumer_only: bool) -> Result<Vec<f32>> {
-    let mut y = Tiled::<f32, DynRows>::new(dev, &[M as usize, N as usize], DynRows(ROWS_PER_DATA_TILE), "y")?;
-    let mut z = Tiled::<f32, DynRows>::new(dev, &[M as usize, N as usize], DynRows(C_BM), "z")?;
+    let (mut y, mut z) = tensors(dev)?;
     let popts = LaunchOptions::config(1);
     let popts = if traced_consumer_only { popts } else { popts.traced() };
     produce::launch_with(s, &popts, &mut y, M, N, 3, 0)?;
@@ -252,8 +259,7 @@ fn a_launch_names_its_site_in_traces_breakdowns_and_profiles() -> Result<()> {
     dev.start_trace(4096)?;
     let s = AsyncStream::new(&dev, 2)?;
     s.set_profiling(true);
-    let mut y = Tiled::<f32, DynRows>::new(&dev, &[M as usize, N as usize], DynRows(ROWS_PER_DATA_TILE), "y")?;
-    let mut z = Tiled::<f32, DynRows>::new(&dev, &[M as usize, N as usize], DynRows(C_BM), "z")?;
+    let (mut y, mut z) = tensors(&dev)?;
     produce::launch_with(&s, &LaunchOptions::config(1).traced(), &mut y, M, N, 3, 0)?;
     let named = LaunchOptions::default().traced().site("layer.stencil");
     next_row_stencil::launch_with(&s, &named, &y, &mut z, M, N, 1)?;
@@ -306,8 +312,7 @@ fn captured_graphs_record_at_every_replay() -> Result<()> {
     dev.start_trace(4096)?;
     let s = AsyncStream::new(&dev, 2)?;
     s.set_tracing(true);
-    let mut y = Tiled::<f32, DynRows>::new(&dev, &[M as usize, N as usize], DynRows(ROWS_PER_DATA_TILE), "y")?;
-    let mut z = Tiled::<f32, DynRows>::new(&dev, &[M as usize, N as usize], DynRows(C_BM), "z")?;
+    let (mut y, mut z) = tensors(&dev)?;
     let graph = s.capture(|s| {
         produce::launch_with(s, &LaunchOptions::config(1), &mut y, M, N, 3, 0)?;
         next_row_stencil::launch(s, &y, &mut z, M, N, 1)

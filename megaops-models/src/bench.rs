@@ -567,11 +567,7 @@ pub struct Breakdown {
 /// How a breakdown names a launch: `kernel[entry]×ctas`, after `site: ` when the launch
 /// names its site (the engine's launches do: `attn.qkv`, `mlp.down`, …).
 pub fn op_name(s: &megaops::LaunchSpan) -> String {
-    let op = format!("{}[{}]×{}", s.kernel, s.entry, s.ctas);
-    match s.site {
-        Some(site) => format!("{site}: {op}"),
-        None => op,
-    }
+    megaops::trace::site_label(s.site, format!("{}[{}]×{}", s.kernel, s.entry, s.ctas))
 }
 
 /// Spans in ms from the first start: (op, start, end).

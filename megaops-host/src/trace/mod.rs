@@ -65,7 +65,16 @@ pub struct TracedLaunch {
     /// The launches that produce the synchronised inputs it waits on.
     pub waits_on: Vec<u32>,
     /// The call site's name for it ([`LaunchOptions::site`](crate::LaunchOptions)).
-    pub site: Option<String>,
+    pub site: Option<&'static str>,
+}
+
+/// How traces, breakdowns and profiles name a launch: `name` (its kernel and config), after
+/// `site: ` when the launch names its call site ([`LaunchOptions::site`](crate::LaunchOptions)).
+pub fn site_label(site: Option<&str>, name: String) -> String {
+    match site {
+        Some(site) => format!("{site}: {name}"),
+        None => name,
+    }
 }
 
 impl TracedLaunch {
@@ -77,10 +86,7 @@ impl TracedLaunch {
         } else {
             format!("{}[{}]", self.kernel, self.config)
         };
-        match &self.site {
-            Some(site) => format!("{site}: {kernel}"),
-            None => kernel,
-        }
+        site_label(self.site, kernel)
     }
 }
 
@@ -316,7 +322,7 @@ impl Device {
                         w.dedup();
                         w
                     },
-                    site: n.site.map(str::to_string),
+                    site: n.site,
                 },
                 None => TracedLaunch {
                     launch_id: id,
