@@ -195,7 +195,7 @@ pub struct BenchRow {
     pub timing: String,
     /// The device.
     pub device: String,
-    /// The prefill's GEMMs ([`GemmBackend::name`](crate::layers::GemmBackend::name)).
+    /// The prefill's GEMMs as they ran ([`PrefillGemm::name`](crate::layers::PrefillGemm::name)).
     pub prefill_gemm: String,
     /// Whether the decode steps ran their add + RMSNorms inside the projections
     /// ([`StepPlan::fuse_norms`]).
@@ -313,7 +313,8 @@ pub fn run(
         _ => (StepPlan::default(), plan.clone()),
     };
     let mut prefill = session.prefill_inputs_with(&prompts, &prefill_plan)?;
-    prefill.set_gemm(&crate::layers::PrefillGemm::new(&device, spec.prefill_gemm)?);
+    let gemm = crate::layers::PrefillGemm::new(&device, spec.prefill_gemm)?;
+    prefill.set_gemm(&gemm);
 
     // One untimed prefill (module loading, first-touch), then the timed ones: replays of
     // one captured prefill in the graph modes, launches in eager mode.
@@ -384,7 +385,7 @@ pub fn run(
         prefill_graph: prefill_replayed,
         read_gbps,
         timing: if device.is_cuda() { "cuda-events" } else { "wall" }.into(),
-        prefill_gemm: spec.prefill_gemm.name(),
+        prefill_gemm: gemm.name(),
         norm_fusion: decode_plan.fuse_norms.unwrap_or(false),
         rope_fusion: decode_plan.fuse_rope.unwrap_or(true),
         begin_rule: device.begin_rule().name().into(),

@@ -186,12 +186,18 @@ fn lt_error(what: impl std::fmt::Display, e: lt::CublasError) -> Error {
 }
 
 impl CublasLt {
+    /// Whether [`CublasLt::new`] can load cuBLASLt for `device`: on a GPU, whether
+    /// `libcublasLt` is on the library path; always on the CPU backend.
+    pub fn available(device: &Device) -> bool {
+        // SAFETY: only probes for the library.
+        !device.is_cuda() || unsafe { sys::is_culib_present() }
+    }
+
     /// cuBLASLt for `device`. On a GPU this loads `libcublasLt` (an error names it when it
     /// is missing); the CPU backend needs no library.
     pub fn new(device: &Device) -> Result<CublasLt> {
         let handle = if device.is_cuda() {
-            // SAFETY: only probes for the library.
-            if !unsafe { sys::is_culib_present() } {
+            if !CublasLt::available(device) {
                 return Err(Error::Invalid(
                     "cuBLASLt GEMMs need libcublasLt.so (CUDA's cuBLAS), which was not found on the library path"
                         .into(),

@@ -12,7 +12,7 @@ pub use attention::{Attention, AttentionActivations, AttentionDims, AttentionKin
 pub use decoder::{DecoderLayer, LayerActivations};
 pub use layout::{DecodeTiles, PassLayout};
 pub use mlp::{Mlp, MlpActivations, MlpConfig, MlpPath};
-pub use prefill_gemm::{GemmBackend, PrefillGemm};
+pub use prefill_gemm::{AUTO_MIN_FLOPS, GemmBackend, Picked, PrefillGemm};
 
 /// The index of the first tile config of `kernel` whose constants (an entry of its
 /// launcher's `CONSTS`) `pick` accepts, so that the engine chooses configs by their

@@ -31,11 +31,13 @@ pub struct CacheKey {
 
 /// The workload part of a [`CacheKey`]: the workload's name, with `+cublaslt` for a
 /// prefill whose projections run cuBLASLt subkernels (its plan tunes chunk counts, not
-/// `matmul` configs).
+/// `matmul` configs) and `+auto` (`+auto:<GFLOP>`) for one that picks per projection.
 pub fn workload_key(workload: crate::bench::Workload, gemm: crate::layers::GemmBackend) -> String {
+    use crate::layers::GemmBackend;
     match (workload, gemm) {
-        (crate::bench::Workload::Prefill, crate::layers::GemmBackend::CublasLt { .. }) => {
-            format!("{}+cublaslt", workload.name())
+        (crate::bench::Workload::Prefill, GemmBackend::CublasLt { .. }) => format!("{}+cublaslt", workload.name()),
+        (crate::bench::Workload::Prefill, GemmBackend::Auto { .. }) => {
+            format!("{}+{}", workload.name(), gemm.name())
         }
         _ => workload.name().to_string(),
     }
@@ -227,6 +229,10 @@ mod tests {
             "the chunk counts are the plan's"
         );
         assert_eq!(workload_key(Workload::ShortDecode, lt), "short-decode");
+        assert_eq!(workload_key(Workload::Prefill, GemmBackend::AUTO), "prefill+auto");
+        let at_half = GemmBackend::Auto { min_flops: 500_000_000 };
+        assert_eq!(workload_key(Workload::Prefill, at_half), "prefill+auto:0.5");
+        assert_eq!(workload_key(Workload::LongDecode, at_half), "long-decode");
     }
 
     #[test]

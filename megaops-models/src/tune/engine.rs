@@ -11,7 +11,7 @@ use crate::bench::{median, random_prompts, time_each};
 use crate::error::{ModelError, Result};
 use crate::generate::Session;
 use crate::layers::mlp::{DECODE_COL_TILE, DECODE_MAX_M, mlp_gemm_configs, prefill_gemm_config};
-use crate::layers::{DecodeTiles, GemmBackend, PrefillGemm};
+use crate::layers::{DecodeTiles, GemmBackend, Picked, PrefillGemm};
 use crate::model::CausalLm;
 use megaops::AsyncStream;
 use megaops::launch::ConfigInfo;
@@ -262,9 +262,9 @@ impl Space {
         Space::prefill_with(lm, batch, seq, sms, held, GemmBackend::Rust)
     }
 
-    /// [`Space::prefill`] for a prefill whose projections run on `gemm`: on cuBLASLt
-    /// subkernels each projection's chunk count (1 to 8, from `gemm`'s) is a knob instead of
-    /// its `matmul` config.
+    /// [`Space::prefill`] for a prefill whose projections run on `gemm`: for a projection on
+    /// cuBLASLt subkernels ([`GemmBackend::pick`]) its chunk count (1 to 8, from `gemm`'s)
+    /// is a knob instead of its `matmul` config.
     pub fn prefill_with(
         lm: &CausalLm,
         batch: usize,
@@ -286,14 +286,14 @@ impl Space {
         let [gate_up, down] = mlp_gemm_configs(m, h, inter, sms);
         let mut space = Space::empty();
         let all_configs: Vec<u32> = (0..matmul::CONFIGS.len() as u32).collect();
-        for (site, start) in [
-            (Site::Qkv, gemm_start(dims.qkv_dim())),
-            (Site::OProj, gemm_start(h)),
-            (Site::GateUp, gate_up),
-            (Site::Down, down),
+        for (site, start, (n, k)) in [
+            (Site::Qkv, gemm_start(dims.qkv_dim()), (dims.qkv_dim(), h)),
+            (Site::OProj, gemm_start(h), (h, dims.q_dim())),
+            (Site::GateUp, gate_up, (2 * inter, h)),
+            (Site::Down, down, (h, inter)),
         ] {
-            match gemm {
-                GemmBackend::Rust => space.add(
+            match gemm.pick(m as u32, n as u32, k as u32) {
+                Picked::Rust => space.add(
                     held,
                     Binding::Config(site),
                     Family::TileConfig,
@@ -301,7 +301,7 @@ impl Space {
                     all_configs.clone(),
                     start as u32,
                 ),
-                GemmBackend::CublasLt { chunks } => space.add(
+                Picked::CublasLt { chunks } => space.add(
                     held,
                     Binding::Chunks(site),
                     Family::Chunks,
