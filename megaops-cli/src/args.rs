@@ -101,7 +101,9 @@ pub struct Generate {
     #[arg(long)]
     pub no_tune_cache: bool,
     /// GEMMs of the prefill's projections: `rust` (the kernel library's), `cublaslt`
-    /// (cuBLASLt subkernels, 4 row chunks per GEMM) or `cublaslt:<chunks>`.
+    /// (cuBLASLt subkernels, 4 row chunks per GEMM), `cublaslt:<chunks>`, or `auto`
+    /// (per GEMM: one cuBLASLt chunk from 100 GFLOP on, `rust` below; `auto:<GFLOP>` sets
+    /// the threshold; `rust` everywhere where libcublasLt is missing).
     #[arg(long, default_value = "rust")]
     pub prefill_gemm: GemmBackend,
     /// Trace the kernel tiles of the prefill and the first decode step: writes
@@ -204,8 +206,9 @@ pub struct Bench {
     pub no_rope_fusion: bool,
     #[command(flatten)]
     pub sync: SyncArgs,
-    /// GEMMs of the prefills' projections: `rust`, `cublaslt` (4 row chunks per GEMM) or
-    /// `cublaslt:<chunks>`.
+    /// GEMMs of the prefills' projections: `rust`, `cublaslt` (4 row chunks per GEMM),
+    /// `cublaslt:<chunks>`, `auto` (per GEMM: cuBLASLt from 100 GFLOP on) or
+    /// `auto:<GFLOP>`.
     #[arg(long, default_value = "rust")]
     pub prefill_gemm: GemmBackend,
     /// Instead of timing the workloads: where one decode step (at the first decode
@@ -256,9 +259,10 @@ pub struct Tune {
     /// Streams the search starts from.
     #[arg(long, default_value_t = 2)]
     pub streams: usize,
-    /// With `--workload prefill`: the GEMMs of the prefill's projections (`rust`, or
+    /// With `--workload prefill`: the GEMMs of the prefill's projections (`rust`,
     /// `cublaslt[:<chunks>]`, whose chunk counts are then tuned instead of `matmul`
-    /// configs; cached apart from the Rust GEMMs' plan).
+    /// configs, or `auto[:<GFLOP>]`, which tunes each projection on the backend its size
+    /// picks; each cached apart from the others' plans).
     #[arg(long, default_value = "rust")]
     pub prefill_gemm: GemmBackend,
     /// Knob families to hold at the planners' values (config, prefetch, padding,

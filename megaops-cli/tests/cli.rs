@@ -346,6 +346,43 @@ fn bench_refuses_bad_requests_before_running() {
     );
 }
 
+/// `--prefill-gemm auto:<GFLOP>` runs the prefill and its row names the backend as it ran.
+#[test]
+fn bench_prefills_with_auto_gemms() {
+    let json = std::env::temp_dir().join(format!("megaops-bench-auto-{}.jsonl", std::process::id()));
+    let j = json.to_str().expect("utf-8");
+    let out = megaops(&[
+        "bench",
+        "--presets",
+        "tiny",
+        "--workloads",
+        "prefill",
+        "--batches",
+        "2",
+        "--modes",
+        "overlapped",
+        "--prompt-len",
+        "40",
+        "--prefill-reps",
+        "1",
+        "--prefill-gemm",
+        "auto:0.01",
+        "--json",
+        j,
+    ]);
+    assert!(
+        out.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&json).expect("the JSON file");
+    let _ = std::fs::remove_file(&json);
+    let row: serde_json::Value = serde_json::from_str(text.lines().next().expect("a row")).expect("JSON");
+    assert_eq!(row["prefill_gemm"], "auto:0.01", "{row}");
+    assert!(row["prefill_ms"].as_f64().is_some_and(|t| t > 0.0), "{row}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(prefill GEMMs: auto:0.01)"));
+}
+
 /// A `--trace` folder's files: Perfetto JSON with `traceEvents` (tile slices named
 /// `site: kernel[config]`), PNGs that start with the PNG signature.
 fn check_trace_files(dir: &std::path::Path, stem: &str) {
@@ -463,6 +500,18 @@ fn tune_refuses_what_it_cannot_time_with_a_clear_error() {
                 "cublaslt:65",
             ][..],
             "1 to 64 chunks",
+        ),
+        (
+            &[
+                "tune",
+                "--preset",
+                "tiny",
+                "--workload",
+                "prefill",
+                "--prefill-gemm",
+                "auto:much",
+            ][..],
+            "`auto:<GFLOP>`",
         ),
         (&["tune", "--preset", "tiny", "--json", "rows.jsonl"][..], "--ablation"),
         (

@@ -8,7 +8,7 @@ mod common;
 use common::reference::Reference;
 use megaops::testing::{cpu_device, fresh_seed};
 use megaops::{AsyncStream, Device};
-use megaops_models::layers::{GemmBackend, PrefillGemm};
+use megaops_models::layers::{GemmBackend, Picked, PrefillGemm};
 use megaops_models::presets::{self, RandomWeights};
 use megaops_models::tune::{Release, Site, SiteChoice, StepPlan};
 use megaops_models::{CausalLm, Config, GenerateOptions, ModelError, Session, generate};
@@ -350,6 +350,73 @@ fn a_cublaslt_prefill_generates_what_the_reference_does() {
             GemmBackend::CublasLt { chunks },
         );
     }
+}
+
+/// `auto` prefill GEMMs pick a backend per projection by its size: at a threshold between
+/// them, tiny-llama's QKV and gate/up GEMMs run as cuBLASLt subkernels and its O and down
+/// GEMMs on `matmul` (two `matmul` launches a layer in the prefill's trace, against four
+/// with the Rust GEMMs), and the generation matches the reference, overlapped and serial.
+#[test]
+fn an_auto_prefill_mixes_the_backends_and_generates_what_the_reference_does() {
+    let config = presets::preset("tiny-llama").expect("preset");
+    let prompts: Vec<Vec<u32>> = vec![
+        (0..70).map(|i| (i * 37 + 5) % 331).collect(),
+        (0..70).map(|i| (i * 11 + 300) % 331).collect(),
+    ];
+    let m = (prompts.len() * prompts[0].len()) as u32;
+    let h = config.hidden_size as u32;
+    let head_dim = config
+        .head_dim
+        .unwrap_or(config.hidden_size / config.num_attention_heads) as u32;
+    let q = config.num_attention_heads as u32 * head_dim;
+    let kv = config.num_key_value_heads.unwrap_or(config.num_attention_heads) as u32 * head_dim;
+    let inter = config.intermediate_size as u32;
+    let flops = |n: u32, k: u32| 2 * m as u64 * n as u64 * k as u64;
+    let (qkv, o, gate_up, down) = (flops(q + 2 * kv, h), flops(h, q), flops(2 * inter, h), flops(h, inter));
+    let min_flops = qkv.min(gate_up);
+    assert!(o.max(down) < min_flops, "the threshold separates the projections");
+    let auto = GemmBackend::Auto { min_flops };
+    let picked = |n: u32, k: u32| auto.pick(m, n, k);
+    assert_eq!(picked(q + 2 * kv, h), Picked::CublasLt { chunks: 1 });
+    assert_eq!(picked(2 * inter, h), Picked::CublasLt { chunks: 1 });
+    assert_eq!(picked(h, q), Picked::Rust);
+    assert_eq!(picked(h, inter), Picked::Rust);
+    for streams in [2, 1] {
+        check_plans_against_reference(
+            "tiny-llama",
+            prompts.clone(),
+            2,
+            |d| {
+                if streams == 1 {
+                    AsyncStream::serial(d).expect("stream")
+                } else {
+                    AsyncStream::new(d, streams).expect("stream")
+                }
+            },
+            StepPlan::default(),
+            StepPlan::default(),
+            auto,
+        );
+    }
+    let seed = fresh_seed("an_auto_prefill_mixes_the_backends");
+    let dev = cpu_device(seed).expect("cpu device");
+    let (_, _, lm) = load(&dev, "tiny-llama", seed);
+    let matmuls = |gemm: GemmBackend| {
+        let opts = GenerateOptions {
+            max_new_tokens: 1,
+            ignore_eos: true,
+            trace: true,
+            prefill_gemm: gemm,
+            ..GenerateOptions::default()
+        };
+        let s = AsyncStream::new(&dev, 2).expect("stream");
+        let out = generate(&lm, &s, &prompts, &opts, &mut |_, _| {}).expect("generate");
+        let prefill = out.traces.expect("traces").prefill;
+        prefill.launches.iter().filter(|l| l.kernel == "matmul").count()
+    };
+    let layers = config.num_hidden_layers;
+    assert_eq!(matmuls(GemmBackend::Rust), 4 * layers, "qkv, o, gate/up and down");
+    assert_eq!(matmuls(auto), 2 * layers, "o and down");
 }
 
 /// A captured prefill replays what the eager one computes, bit for bit: the first tokens,

@@ -192,3 +192,48 @@ fn the_cublaslt_prefill_space_tunes_chunk_counts_and_its_plans_run() {
         assert!(timer.time(&plan).expect("a plan of chunk counts runs") > 0.0);
     }
 }
+
+/// With `auto` prefill GEMMs the space tunes the chunk count of each projection that the
+/// threshold puts on cuBLASLt and the `matmul` config of each other one, and a plan that
+/// sets both kinds runs.
+#[test]
+fn the_auto_prefill_space_tunes_each_projection_on_its_backend() {
+    let lm = tiny(fresh_seed("the_auto_prefill_space_tunes_each_projection"));
+    let dev = lm.lm_head().device().clone();
+    let sms = dev.sm_count();
+    let (batch, seq) = (2, 70);
+    // tiny's prefill of 140 rows: QKV and gate/up 18.4 MFLOP each, O and down 9.2.
+    let gemm = GemmBackend::Auto { min_flops: 10_000_000 };
+    let space = Space::prefill_with(&lm, batch, seq, sms, &[], gemm).expect("space");
+    let names = |family: Family| -> Vec<&str> {
+        let mut n: Vec<&str> = space
+            .knobs
+            .iter()
+            .filter(|k| k.family == family)
+            .map(|k| k.name.as_str())
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(Family::Chunks), ["attn.qkv.chunks", "mlp.gate_up.chunks"]);
+    assert_eq!(names(Family::TileConfig), ["attn.o.config", "mlp.down.config"]);
+    assert!(
+        space
+            .knobs
+            .iter()
+            .filter(|k| k.family == Family::Chunks)
+            .all(|k| k.start == 1),
+        "auto starts from one chunk"
+    );
+    let mut timer = PrefillTimer::new(&lm, batch, seq, 2, 0, 1)
+        .expect("timer")
+        .with_gemm(PrefillGemm::new(&dev, gemm).expect("auto on the CPU backend"));
+    let mut a = space.start();
+    for (i, k) in space.knobs.iter().enumerate() {
+        if k.family == Family::Chunks {
+            a[i] = 2;
+        }
+    }
+    let plan = space.plan(&a).expect("plan");
+    assert!(timer.time(&plan).expect("a mixed plan runs") > 0.0);
+}

@@ -70,7 +70,7 @@ impl GemmBackend {
             GemmBackend::Rust => Picked::Rust,
             GemmBackend::CublasLt { chunks } => Picked::CublasLt { chunks },
             GemmBackend::Auto { min_flops } => {
-                if 2 * m as u64 * n as u64 * k as u64 >= min_flops {
+                if 2 * m as u128 * n as u128 * k as u128 >= min_flops as u128 {
                     Picked::CublasLt { chunks: 1 }
                 } else {
                     Picked::Rust
@@ -257,7 +257,17 @@ mod tests {
             assert_eq!(backend.name(), name, "{text}");
             assert_eq!(name.parse::<GemmBackend>(), Ok(backend), "{name} names {text} again");
         }
-        for bad in ["", "cublas", "cublaslt:0", "cublaslt:65", "auto:", "auto:-1", "auto:nan", "auto:x", "rust:1"] {
+        for bad in [
+            "",
+            "cublas",
+            "cublaslt:0",
+            "cublaslt:65",
+            "auto:",
+            "auto:-1",
+            "auto:nan",
+            "auto:x",
+            "rust:1",
+        ] {
             let err = bad.parse::<GemmBackend>().expect_err(bad);
             assert!(err.contains("expected `rust`"), "{bad}: {err}");
         }
@@ -266,7 +276,10 @@ mod tests {
     #[test]
     fn auto_picks_cublaslt_from_its_threshold_on() {
         // Qwen3-8B's gate/up at a 1024-token prefill: 2 · 1024 · 24576 · 4096 ≈ 206 GFLOP.
-        assert_eq!(GemmBackend::AUTO.pick(1024, 24576, 4096), Picked::CublasLt { chunks: 1 });
+        assert_eq!(
+            GemmBackend::AUTO.pick(1024, 24576, 4096),
+            Picked::CublasLt { chunks: 1 }
+        );
         // Qwen3-0.6B's gate/up there: 12.9 GFLOP.
         assert_eq!(GemmBackend::AUTO.pick(1024, 6144, 1024), Picked::Rust);
         // Exactly at the threshold, and one row below it.
@@ -278,6 +291,8 @@ mod tests {
         assert_eq!(at.pick(m, n as u32, k as u32), Picked::CublasLt { chunks: 1 });
         assert_eq!(at.pick(m - 1, n as u32, k as u32), Picked::Rust);
         assert_eq!(GemmBackend::Rust.pick(u32::MAX, u32::MAX, u32::MAX), Picked::Rust);
+        let most = u32::MAX;
+        assert_eq!(GemmBackend::AUTO.pick(most, most, most), Picked::CublasLt { chunks: 1 });
         assert_eq!(
             GemmBackend::CublasLt { chunks: 3 }.pick(1, 8, 8),
             Picked::CublasLt { chunks: 3 }
