@@ -189,10 +189,10 @@ fn tune_one(
     let sms = lm.lm_head().device().sm_count();
     let len = workload.prompt_len();
     if workload == Workload::Prefill {
-        let device = lm.lm_head().device();
-        let mut timer = PrefillTimer::new(lm, batch, len, t.streams, 2, t.replays.min(5))?
-            .with_gemm(PrefillGemm::new(device, t.prefill_gemm)?);
-        let space = Space::prefill_with(lm, batch, len, sms, held, t.prefill_gemm)?;
+        // The space of the backend as it runs here (`auto` without libcublasLt is `rust`).
+        let gemm = PrefillGemm::new(lm.lm_head().device(), t.prefill_gemm)?;
+        let space = Space::prefill_with(lm, batch, len, sms, held, gemm.backend())?;
+        let mut timer = PrefillTimer::new(lm, batch, len, t.streams, 2, t.replays.min(5))?.with_gemm(gemm);
         search_with_progress(&mut timer, &space, opts, title)
     } else {
         let mut timer = StepTimer::new(lm, batch, len, t.streams, 3, t.replays)?;
