@@ -7,7 +7,8 @@
     python3 bench/table_e2e.py --missing bench/e2e.jsonl [device ...]
 
 With --missing it prints instead the E2E_ARGS and TORCH_ARGS of `gpu-run.sh e2e` that
-measure the cells empty on every listed GPU (torch's compiling sets last).
+measure the cells empty on every listed GPU (torch's compiling sets last; TORCH_ARGS
+`none` when only MegaOps cells are empty), or says on stderr that none is.
 
 Devices are parts of the rows' device names (default: H200 H100). One line per model,
 workload and batch; one column per mode, each cell the newest row of that model,
@@ -143,8 +144,12 @@ def main():
     measured = set().union(*(cells_of(rows, d).keys() for d in devices))
     if missing:
         e2e, torch = missing_sets([c for c in wanted() if c not in measured])
+        if not e2e:
+            # An empty E2E_ARGS would make `gpu-run.sh e2e` run the whole default bench.
+            print(f"every cell has a row on {' or '.join(devices)}: nothing to measure", file=sys.stderr)
+            return
         print(f'E2E_ARGS="{e2e}"')
-        print(f'TORCH_ARGS="{torch}"')
+        print(f'TORCH_ARGS="{torch or "none"}"')
         return
     total = len(list(wanted()))
     for device in devices:
