@@ -184,27 +184,14 @@ fn info_reports_sizes() {
     assert_eq!(v["kv_bytes_per_token"], 28 * 2 * 2 * 8 * 128);
 }
 
-#[test]
-fn bench_writes_one_json_row_per_run() {
-    let json = std::env::temp_dir().join(format!("megaops-bench-{}.jsonl", std::process::id()));
-    let j = json.to_str().expect("utf-8");
-    let out = megaops(&[
-        "bench",
-        "--presets",
-        "tiny",
-        "--workloads",
-        "short-decode,prefill",
-        "--batches",
-        "2",
-        "--prompt-len",
-        "4",
-        "--new-tokens",
-        "3",
-        "--prefill-reps",
-        "1",
-        "--json",
-        j,
-    ]);
+/// Runs `megaops bench` with `args` and `--json` into a file of its own (`tag` names it),
+/// checks that it succeeded and returns its output and JSON rows.
+fn bench_rows(tag: &str, args: &[&str]) -> (std::process::Output, Vec<serde_json::Value>) {
+    let json = std::env::temp_dir().join(format!("megaops-bench-{tag}-{}.jsonl", std::process::id()));
+    let mut all = vec!["bench"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--json", json.to_str().expect("utf-8")]);
+    let out = megaops(&all);
     assert!(
         out.status.success(),
         "bench failed: {}",
@@ -212,10 +199,32 @@ fn bench_writes_one_json_row_per_run() {
     );
     let text = std::fs::read_to_string(&json).expect("the JSON file");
     let _ = std::fs::remove_file(&json);
-    let rows: Vec<serde_json::Value> = text
+    let rows = text
         .lines()
         .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
         .collect();
+    (out, rows)
+}
+
+#[test]
+fn bench_writes_one_json_row_per_run() {
+    let (out, rows) = bench_rows(
+        "rows",
+        &[
+            "--presets",
+            "tiny",
+            "--workloads",
+            "short-decode,prefill",
+            "--batches",
+            "2",
+            "--prompt-len",
+            "4",
+            "--new-tokens",
+            "3",
+            "--prefill-reps",
+            "1",
+        ],
+    );
     // Decode and prefill in three modes; the graph modes replay a captured prefill.
     let runs: Vec<(String, String)> = rows
         .iter()
@@ -269,41 +278,32 @@ fn bench_writes_one_json_row_per_run() {
 /// set.
 #[test]
 fn bench_can_switch_the_fusions() {
-    let json = std::env::temp_dir().join(format!("megaops-bench-nf-{}.jsonl", std::process::id()));
-    let j = json.to_str().expect("utf-8");
-    let out = megaops(&[
-        "bench",
-        "--presets",
-        "tiny",
-        "--workloads",
-        "short-decode",
-        "--batches",
-        "1",
-        "--modes",
-        "overlapped",
-        "--prompt-len",
-        "4",
-        "--new-tokens",
-        "3",
-        "--prefill-reps",
-        "1",
-        "--norm-fusion",
-        "--no-rope-fusion",
-        "--begin-rule",
-        "wait-kernel",
-        "--poll-spin-ns",
-        "2000",
-        "--json",
-        j,
-    ]);
-    assert!(
-        out.status.success(),
-        "bench failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let (out, rows) = bench_rows(
+        "nf",
+        &[
+            "--presets",
+            "tiny",
+            "--workloads",
+            "short-decode",
+            "--batches",
+            "1",
+            "--modes",
+            "overlapped",
+            "--prompt-len",
+            "4",
+            "--new-tokens",
+            "3",
+            "--prefill-reps",
+            "1",
+            "--norm-fusion",
+            "--no-rope-fusion",
+            "--begin-rule",
+            "wait-kernel",
+            "--poll-spin-ns",
+            "2000",
+        ],
     );
-    let text = std::fs::read_to_string(&json).expect("the JSON file");
-    let _ = std::fs::remove_file(&json);
-    let row: serde_json::Value = serde_json::from_str(text.lines().next().expect("a row")).expect("JSON");
+    let row = &rows[0];
     assert_eq!(row["norm_fusion"], true, "{row}");
     assert_eq!(row["rope_fusion"], false, "{row}");
     assert_eq!(row["begin_rule"], "wait-kernel", "{row}");
@@ -349,35 +349,26 @@ fn bench_refuses_bad_requests_before_running() {
 /// `--prefill-gemm auto:<GFLOP>` runs the prefill and its row names the backend as it ran.
 #[test]
 fn bench_prefills_with_auto_gemms() {
-    let json = std::env::temp_dir().join(format!("megaops-bench-auto-{}.jsonl", std::process::id()));
-    let j = json.to_str().expect("utf-8");
-    let out = megaops(&[
-        "bench",
-        "--presets",
-        "tiny",
-        "--workloads",
-        "prefill",
-        "--batches",
-        "2",
-        "--modes",
-        "overlapped",
-        "--prompt-len",
-        "40",
-        "--prefill-reps",
-        "1",
-        "--prefill-gemm",
-        "auto:0.01",
-        "--json",
-        j,
-    ]);
-    assert!(
-        out.status.success(),
-        "bench failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let (out, rows) = bench_rows(
+        "auto",
+        &[
+            "--presets",
+            "tiny",
+            "--workloads",
+            "prefill",
+            "--batches",
+            "2",
+            "--modes",
+            "overlapped",
+            "--prompt-len",
+            "40",
+            "--prefill-reps",
+            "1",
+            "--prefill-gemm",
+            "auto:0.01",
+        ],
     );
-    let text = std::fs::read_to_string(&json).expect("the JSON file");
-    let _ = std::fs::remove_file(&json);
-    let row: serde_json::Value = serde_json::from_str(text.lines().next().expect("a row")).expect("JSON");
+    let row = &rows[0];
     assert_eq!(row["prefill_gemm"], "auto:0.01", "{row}");
     assert!(row["prefill_ms"].as_f64().is_some_and(|t| t > 0.0), "{row}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("(prefill GEMMs: auto:0.01)"));

@@ -324,31 +324,41 @@ fn a_tuned_prefill_plan_changes_the_launches_not_the_results() {
     );
 }
 
+/// Two 70-token prompts: a prefill of 140 rows, past the decode path's 16.
+fn prefill_prompts() -> Vec<Vec<u32>> {
+    vec![
+        (0..70).map(|i| (i * 37 + 5) % 331).collect(),
+        (0..70).map(|i| (i * 11 + 300) % 331).collect(),
+    ]
+}
+
+/// Generates two tokens of tiny-llama after `prompts` with the prefill's projections on
+/// `gemm`, on `streams` streams (1: serial), against the reference.
+fn check_prefill_gemm_against_reference(prompts: &[Vec<u32>], streams: usize, gemm: GemmBackend) {
+    check_plans_against_reference(
+        "tiny-llama",
+        prompts.to_vec(),
+        2,
+        |d| {
+            if streams == 1 {
+                AsyncStream::serial(d).expect("stream")
+            } else {
+                AsyncStream::new(d, streams).expect("stream")
+            }
+        },
+        StepPlan::default(),
+        StepPlan::default(),
+        gemm,
+    );
+}
+
 /// The prefill's projections as cuBLASLt subkernels (on the CPU backend: the proxy, the
 /// side streams and the CPU implementation of the GEMM) generate what the reference does,
 /// with chunk counts that do and do not divide the rows, overlapped and serial.
 #[test]
 fn a_cublaslt_prefill_generates_what_the_reference_does() {
-    let prompts: Vec<Vec<u32>> = vec![
-        (0..70).map(|i| (i * 37 + 5) % 331).collect(),
-        (0..70).map(|i| (i * 11 + 300) % 331).collect(),
-    ];
     for (chunks, streams) in [(1, 2), (3, 2), (2, 1)] {
-        check_plans_against_reference(
-            "tiny-llama",
-            prompts.clone(),
-            2,
-            |d| {
-                if streams == 1 {
-                    AsyncStream::serial(d).expect("stream")
-                } else {
-                    AsyncStream::new(d, streams).expect("stream")
-                }
-            },
-            StepPlan::default(),
-            StepPlan::default(),
-            GemmBackend::CublasLt { chunks },
-        );
+        check_prefill_gemm_against_reference(&prefill_prompts(), streams, GemmBackend::CublasLt { chunks });
     }
 }
 
@@ -359,10 +369,7 @@ fn a_cublaslt_prefill_generates_what_the_reference_does() {
 #[test]
 fn an_auto_prefill_mixes_the_backends_and_generates_what_the_reference_does() {
     let config = presets::preset("tiny-llama").expect("preset");
-    let prompts: Vec<Vec<u32>> = vec![
-        (0..70).map(|i| (i * 37 + 5) % 331).collect(),
-        (0..70).map(|i| (i * 11 + 300) % 331).collect(),
-    ];
+    let prompts = prefill_prompts();
     let m = (prompts.len() * prompts[0].len()) as u32;
     let h = config.hidden_size as u32;
     let head_dim = config
@@ -382,21 +389,7 @@ fn an_auto_prefill_mixes_the_backends_and_generates_what_the_reference_does() {
     assert_eq!(picked(h, q), Picked::Rust);
     assert_eq!(picked(h, inter), Picked::Rust);
     for streams in [2, 1] {
-        check_plans_against_reference(
-            "tiny-llama",
-            prompts.clone(),
-            2,
-            |d| {
-                if streams == 1 {
-                    AsyncStream::serial(d).expect("stream")
-                } else {
-                    AsyncStream::new(d, streams).expect("stream")
-                }
-            },
-            StepPlan::default(),
-            StepPlan::default(),
-            auto,
-        );
+        check_prefill_gemm_against_reference(&prompts, streams, auto);
     }
     let seed = fresh_seed("an_auto_prefill_mixes_the_backends");
     let dev = cpu_device(seed).expect("cpu device");
