@@ -27,7 +27,8 @@ pub enum GemmBackend {
         chunks: usize,
     },
     /// Per GEMM: a one-chunk cuBLASLt subkernel from `min_flops` (`2·m·n·k`) on, the
-    /// kernel library's `matmul` below.
+    /// kernel library's `matmul` below and for shapes cuBLASLt does not take (`n` or `k`
+    /// not a multiple of 8).
     Auto {
         /// The smallest GEMM, in floating-point operations, that runs on cuBLASLt.
         min_flops: u64,
@@ -70,7 +71,9 @@ impl GemmBackend {
             GemmBackend::Rust => Picked::Rust,
             GemmBackend::CublasLt { chunks } => Picked::CublasLt { chunks },
             GemmBackend::Auto { min_flops } => {
-                if 2 * m as u128 * n as u128 * k as u128 >= min_flops as u128 {
+                // cuBLASLt takes rows of 16 bytes only (`n`, `k` multiples of 8).
+                let fits = n.is_multiple_of(8) && k.is_multiple_of(8);
+                if fits && 2 * m as u128 * n as u128 * k as u128 >= min_flops as u128 {
                     Picked::CublasLt { chunks: 1 }
                 } else {
                     Picked::Rust
@@ -291,8 +294,11 @@ mod tests {
         assert_eq!(at.pick(m, n as u32, k as u32), Picked::CublasLt { chunks: 1 });
         assert_eq!(at.pick(m - 1, n as u32, k as u32), Picked::Rust);
         assert_eq!(GemmBackend::Rust.pick(u32::MAX, u32::MAX, u32::MAX), Picked::Rust);
-        let most = u32::MAX;
+        let most = u32::MAX - 7;
         assert_eq!(GemmBackend::AUTO.pick(most, most, most), Picked::CublasLt { chunks: 1 });
+        // Rows cuBLASLt cannot take stay on `matmul`, however large.
+        assert_eq!(GemmBackend::AUTO.pick(most, most + 1, most), Picked::Rust);
+        assert_eq!(GemmBackend::AUTO.pick(most, most, most - 4), Picked::Rust);
         assert_eq!(
             GemmBackend::CublasLt { chunks: 3 }.pick(1, 8, 8),
             Picked::CublasLt { chunks: 3 }
