@@ -429,6 +429,12 @@ impl CublasLt {
     }
 }
 
+/// Whether cuBLASLt subkernels take a GEMM of output width `n` over `k`: both multiples
+/// of 8, so that rows and chunks are 16-byte aligned.
+pub fn widths_fit(n: usize, k: usize) -> bool {
+    n.is_multiple_of(8) && k.is_multiple_of(8)
+}
+
 /// Checks `A[m, k]`, `W[n, k]`, `C[m, n]` (and `R[m, n]`) and returns `(m, n, k)`.
 fn gemm_shape(a: &[usize], w: &[usize], c: &[usize], r: Option<&[usize]>) -> Result<(usize, usize, usize)> {
     let bad = || {
@@ -444,7 +450,7 @@ fn gemm_shape(a: &[usize], w: &[usize], c: &[usize], r: Option<&[usize]>) -> Res
     if wk != k || cm != m || cn != n || r.is_some_and(|r| r != [m, n]) {
         return Err(bad());
     }
-    if !k.is_multiple_of(8) || !n.is_multiple_of(8) {
+    if !widths_fit(n, k) {
         return Err(Error::shape(format!(
             "cuBLASLt matmul: k = {k} and n = {n} must be multiples of 8 (16-byte aligned rows and chunks)"
         )));

@@ -4,7 +4,7 @@
 //! (`auto`). The decode path always runs its GEMV kernels.
 
 use megaops::launch::{AsInput, AsOutput, LaunchOptions, LaunchTarget};
-use megaops::subkernel::cublaslt::{CublasLt, GemmAxis, GemmChunks, Shaped};
+use megaops::subkernel::cublaslt::{self, CublasLt, GemmAxis, GemmChunks, Shaped};
 use megaops::subkernel::{ChunkSignals, Wrappers};
 use megaops::{Device, R2, Result, Tensor, bf16};
 use megaops_kernels::gemm::matmul;
@@ -71,9 +71,9 @@ impl GemmBackend {
             GemmBackend::Rust => Picked::Rust,
             GemmBackend::CublasLt { chunks } => Picked::CublasLt { chunks },
             GemmBackend::Auto { min_flops } => {
-                // cuBLASLt takes rows of 16 bytes only (`n`, `k` multiples of 8).
-                let fits = n.is_multiple_of(8) && k.is_multiple_of(8);
-                if fits && 2 * m as u128 * n as u128 * k as u128 >= min_flops as u128 {
+                if cublaslt::widths_fit(n as usize, k as usize)
+                    && 2 * m as u128 * n as u128 * k as u128 >= min_flops as u128
+                {
                     Picked::CublasLt { chunks: 1 }
                 } else {
                     Picked::Rust
