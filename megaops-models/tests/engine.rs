@@ -111,8 +111,13 @@ fn check_plans_against_reference(
             // bf16 ulp (2^-8 relative), and propagate through the layers; the prefill
             // attention kernel also rounds its softmax weights to bf16 for the P·V
             // tensor-core product (as flash attention does). Over 24 seeds the largest
-            // error was 0.040 of the spread (medians 0.013–0.028 by preset and step).
-            let tol = 0.05;
+            // error was 0.040 of the spread (medians 0.013–0.028 by preset and step). The
+            // 140-row prefills go further: over 76 seeds the largest error of a generation
+            // had a median of 0.031 and a maximum of 0.044, and one seed reached 0.054
+            // (`MEGAOPS_SEED=1796600365009124289`, cuBLASLt projections; the cuBLASLt and
+            // Rust GEMMs give the same spread of errors). A wrong tile, a stale input or
+            // a missing term moves the logits by a large part of the spread.
+            let tol = 0.08;
             assert!(
                 err <= tol * std + 1e-3,
                 "{name}: step {t} sequence {b}: max |Δlogit| {err:.4} against a spread of {std:.4}"
