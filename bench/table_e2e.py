@@ -47,6 +47,7 @@ def at_defaults(r):
         and not r.get("norm_fusion", False)
         and r.get("rope_fusion", True)
         and r.get("begin_rule", "programmatic") == "programmatic"
+        and not r.get("site_overrides")
     )
 
 

@@ -11,7 +11,8 @@
 #   skipped when TORCH_ARGS=none) with the
 #   read bandwidth megaops measured, into $OUT/torch.jsonl (with TORCH_DEADLINE_S, no
 #   torch row starts later than that many seconds after this script did); TESTS' GPU tests first;
-#   with BREAKDOWN_ARGS, `megaops bench --breakdown $BREAKDOWN_ARGS` after the bench.
+#   with BREAKDOWN_ARGS, `megaops bench --breakdown $BREAKDOWN_ARGS` after the bench;
+#   with HF_ARGS, hf_compare.py $HF_ARGS (HF_TIMEOUT) before the torch runs.
 #   trace: TESTS' GPU tests, then `megaops generate --trace` for each of TRACE_PRESETS
 #   (128-token prompt, 8 new tokens) and `megaops bench $TRACE_BENCH_ARGS --trace`
 #   (TRACE_TIMEOUT) into $OUT/trace.jsonl; the trace folders packed as $OUT/traces.tgz.
@@ -85,6 +86,12 @@ nvtx_check() {
   done
   rm -f "$part"
 }
+# The transformers comparison, bench/hf_compare.py $HF_ARGS (HF_TIMEOUT), into $OUT/hf.log.
+hf_run() {
+  PYTHONUNBUFFERED=1 timeout -k 5 "${HF_TIMEOUT:-300}" python3 hf_compare.py --megaops ./megaops \
+    --out "$OUT/hf" --controls none ${HF_ARGS:-} > "$OUT/hf.log" 2>&1
+  echo "hf_compare: rc=$? at +$(( $(date +%s) - t0 ))s" >> "$summary"
+}
 [ "$what" = nvtx ] && nvtx_check
 if [ "$what" = tests ] || [ "$what" = all ]; then
   # Test binaries run two at a time (correctness only; each has its own log).
@@ -114,9 +121,7 @@ if [ "$what" = engine ]; then
   for t in ${TESTS:-}; do
     timeout -k 5 "${TEST_TIMEOUT:-150}" "tests/$t" gpu --test-threads=1 > "$OUT/engine/test-$t.log" 2>&1 &
   done
-  PYTHONUNBUFFERED=1 timeout -k 5 "${HF_TIMEOUT:-300}" python3 hf_compare.py --megaops ./megaops \
-    --out "$OUT/hf" --controls none ${HF_ARGS:-} > "$OUT/hf.log" 2>&1
-  echo "hf_compare: rc=$? at +$(( $(date +%s) - t0 ))s" >> "$summary"
+  hf_run
   wait
   for t in ${TESTS:-}; do echo "test $t: $(grep -a "test result" "$OUT/engine/test-$t.log" | tail -1)" >> "$summary"; done
   prompt=$(seq -s, 1 128)
@@ -148,6 +153,10 @@ if [ "$what" = e2e ]; then
   if [ -n "${BREAKDOWN_ARGS:-}" ]; then
     timeout -k 5 "${BREAKDOWN_TIMEOUT:-120}" ./megaops bench --breakdown $BREAKDOWN_ARGS --json "$OUT/breakdown.jsonl" > "$OUT/e2e/breakdown.md" 2> "$OUT/e2e/breakdown.err"
     echo "megaops bench --breakdown: rc=$? at +$(( $(date +%s) - t0 ))s $(tail -1 "$OUT/e2e/breakdown.err")" >> "$summary"
+  fi
+  if [ -n "${HF_ARGS:-}" ]; then
+    hf_run
+    grep -a -E "PASS|FAIL|OVERALL" "$OUT/hf.log" | tail -30 >> "$summary"
   fi
   if [ "${TORCH_ARGS:-}" != none ]; then
     read_gbps=$(python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(next((x["read_gbps"] for x in r if x.get("read_gbps")), ""))' "$OUT/e2e.jsonl" 2>/dev/null)

@@ -2,6 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use megaops_models::layers::GemmBackend;
+use megaops_models::tune::SiteOverride;
 use std::path::PathBuf;
 
 /// Qwen3 and Llama-3 inference with MegaOps kernels overlapped at data-tile granularity.
@@ -100,6 +101,11 @@ pub struct Generate {
     /// Do not use a tuned plan from the tune cache (`megaops tune`).
     #[arg(long)]
     pub no_tune_cache: bool,
+    /// A decode site's knobs by hand, over the tuned plan's: `<site>:<key>=<value>,…`,
+    /// e.g. `mlp.down:placement=alone` (repeatable; keys: config, splits, occupancy,
+    /// release, tile, chunks, placement).
+    #[arg(long = "site", value_name = "SITE:KEY=VALUE,…")]
+    pub sites: Vec<SiteOverride>,
     /// GEMMs of the prefill's projections: `rust` (the kernel library's), `cublaslt`
     /// (cuBLASLt subkernels, 4 row chunks per GEMM), `cublaslt:<chunks>`, or `auto`
     /// (per GEMM: one cuBLASLt chunk from 100 GFLOP on, `rust` below; `auto:<GFLOP>` sets
@@ -204,6 +210,12 @@ pub struct Bench {
     /// decode attention instead of inside it (overrides the tuned plan's choice).
     #[arg(long)]
     pub no_rope_fusion: bool,
+    /// A site's knobs by hand, over the tuned plan's, in the plan of each row's workload
+    /// (the decode step's, or the prefill's): `<site>:<key>=<value>,…`, e.g.
+    /// `mlp.down:placement=alone` or `mlp.gate_up:config=0,splits=2` (repeatable; see
+    /// `megaops tune --show` for the sites).
+    #[arg(long = "site", value_name = "SITE:KEY=VALUE,…")]
+    pub sites: Vec<SiteOverride>,
     #[command(flatten)]
     pub sync: SyncArgs,
     /// GEMMs of the prefills' projections: `rust`, `cublaslt` (4 row chunks per GEMM),

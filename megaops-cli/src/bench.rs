@@ -117,8 +117,12 @@ pub fn run_bench(b: Bench) -> Result<()> {
             if b.no_rope_fusion {
                 plan.fuse_rope = Some(false);
             }
+            for &over in &b.sites {
+                plan.override_site(over);
+            }
             let streams = b.streams.or(plan.streams).unwrap_or(2);
-            let row = bench::run(&lm, &name, s, streams, &plan, read_gbps)?;
+            let mut row = bench::run(&lm, &name, s, streams, &plan, read_gbps)?;
+            row.site_overrides = b.sites.iter().map(ToString::to_string).collect();
             write_json(&mut json, b.json.as_deref(), &row)?;
             if let (Some(dir), Mode::Overlapped) = (&b.trace, s.mode) {
                 eprintln!("{name}: {} batch {} traced …", s.workload.name(), s.batch);
@@ -212,8 +216,13 @@ fn table(model: &str, rows: &[BenchRow]) -> String {
         (false, true) => " (rope fusion off)",
         (true, true) => " (norm fusion on, rope fusion off)",
     };
+    let sites = rows
+        .first()
+        .filter(|r| !r.site_overrides.is_empty())
+        .map(|r| format!(" (sites: {})", r.site_overrides.join(" ")))
+        .unwrap_or_default();
     let mut s = format!(
-        "### {model}{gemm}{fusion}\n\n| workload | batch | mode | step ms | p10–p90 ms | tokens/s | GB/s | MBU | prefill ms |\n|---|---|---|---|---|---|---|---|---|\n"
+        "### {model}{gemm}{fusion}{sites}\n\n| workload | batch | mode | step ms | p10–p90 ms | tokens/s | GB/s | MBU | prefill ms |\n|---|---|---|---|---|---|---|---|---|\n"
     );
     for r in rows {
         s.push_str(&format!(

@@ -178,6 +178,9 @@ fn run_generate(g: Generate) -> Result<()> {
         GemmBackend::Rust,
         g.no_tune_cache,
     )?;
+    for &over in &g.sites {
+        opts.plan.override_site(over);
+    }
     // A prefill plan is tuned for prompts of the prefill workload's length; shorter ones
     // keep the planners' GEMM configs.
     if workload == Workload::LongDecode {

@@ -266,6 +266,7 @@ fn bench_writes_one_json_row_per_run() {
     for r in &rows {
         assert_eq!(r["norm_fusion"], false, "{r}");
         assert_eq!(r["rope_fusion"], true, "{r}");
+        assert!(r.get("site_overrides").is_none(), "{r}");
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("| short-decode | 2 | eager |"), "{stdout}");
@@ -301,15 +302,26 @@ fn bench_can_switch_the_fusions() {
             "wait-kernel",
             "--poll-spin-ns",
             "2000",
+            "--site",
+            "attn.o:placement=alone",
+            "--site",
+            "mlp.down:placement=alone,splits=1",
         ],
     );
     let row = &rows[0];
+    assert_eq!(
+        row["site_overrides"],
+        serde_json::json!(["attn.o:placement=alone", "mlp.down:splits=1,placement=alone"]),
+        "{row}"
+    );
     assert_eq!(row["norm_fusion"], true, "{row}");
     assert_eq!(row["rope_fusion"], false, "{row}");
     assert_eq!(row["begin_rule"], "wait-kernel", "{row}");
     assert_eq!(row["poll_spin_ns"], 2000, "{row}");
     assert!(row["step_ms"].as_f64().is_some_and(|t| t > 0.0), "{row}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("(norm fusion on, rope fusion off)"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(
+        "(norm fusion on, rope fusion off) (sites: attn.o:placement=alone mlp.down:splits=1,placement=alone)"
+    ));
 }
 
 #[test]
@@ -343,6 +355,36 @@ fn bench_refuses_bad_requests_before_running() {
     fails_with(
         &["bench", "--presets", "tiny", "--batches", "17", "--prompt-len", "4"],
         "batch 17",
+    );
+    // `--site` values are checked as the arguments are read (clap's error and hint).
+    for (site, says) in [
+        ("down:placement=alone", "`down` is not a site (sites: norm, attn.qkv,"),
+        ("mlp.down:placement=near", "placement is alone or beside"),
+    ] {
+        let out = megaops(&["bench", "--presets", "tiny", "--site", site]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.starts_with("error: invalid value") && stderr.contains(says),
+            "{site}: {stderr}"
+        );
+    }
+    fails_with(
+        &[
+            "bench",
+            "--presets",
+            "tiny",
+            "--workloads",
+            "short-decode",
+            "--batches",
+            "1",
+            "--modes",
+            "overlapped",
+            "--prompt-len",
+            "4",
+            "--site",
+            "mlp.down:config=999",
+        ],
+        "GEMV config 999 does not exist",
     );
 }
 

@@ -265,7 +265,11 @@ fn the_planner_fuses_small_unsplit_projections() -> Result<()> {
     assert!(fuse(Pick::default(), NORM_PROLOGUE_MAX_ELEMS / k + 1, 6144, k)?.is_none());
     // A split (the planner's for a narrow output, or a pick) is not fused.
     assert!(fuse(Pick::default(), 1, 64, 4096)?.is_none());
-    let pick = |config: Option<usize>, splits: Option<u32>| Pick { config, splits };
+    let pick = |config: Option<usize>, splits: Option<u32>| Pick {
+        config,
+        splits,
+        placement: None,
+    };
     assert!(fuse(pick(None, Some(2)), 1, 4096, 1024)?.is_none());
     // Plain configs 8 and 10 have no fused twin; config 9 maps to the twin of its shape.
     assert!(fuse(pick(Some(8), None), 1, 4096, 1024)?.is_none());

@@ -207,6 +207,9 @@ pub struct BenchRow {
     pub begin_rule: String,
     /// The device's poll spin of tile waits, ns.
     pub poll_spin_ns: u64,
+    /// Site knobs set by hand over the plan (`--site`, as given); empty at the defaults.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub site_overrides: Vec<String>,
 }
 
 /// `n` deterministic pseudo-random values below `below` (xorshift).
@@ -391,6 +394,7 @@ pub fn run(
         begin_rule: device.begin_rule().name().into(),
         poll_spin_ns: device.poll_spin().as_nanos() as u64,
         device: device.name(),
+        site_overrides: Vec::new(),
     })
 }
 

@@ -10,7 +10,7 @@ use megaops::testing::{cpu_device, fresh_seed};
 use megaops::{AsyncStream, Device};
 use megaops_models::layers::{GemmBackend, Picked, PrefillGemm};
 use megaops_models::presets::{self, RandomWeights};
-use megaops_models::tune::{Release, Site, SiteChoice, StepPlan};
+use megaops_models::tune::{GemvPlacement, Release, Site, SiteChoice, StepPlan};
 use megaops_models::{CausalLm, Config, GenerateOptions, ModelError, Session, generate};
 
 fn load(dev: &Device, name: &str, seed: u64) -> (Config, RandomWeights, CausalLm) {
@@ -163,6 +163,7 @@ fn a_tuned_plan_changes_the_launches_not_the_results() {
         // Narrower than a head: RoPE waits for two tiles per head.
         data_tile: Some(32),
         chunks: None,
+        placement: None,
     };
     *plan.site_mut(Site::Down) = SiteChoice {
         // One warp along k, so that k = 256 splits in two.
@@ -202,8 +203,9 @@ fn a_tuned_plan_changes_the_launches_not_the_results() {
         data_tile: Some(256),
         ..SiteChoice::default()
     };
-    // Wider than the whole row: one tile per row.
+    // Wider than the whole row: one tile per row; planned as if alone (bounded configs).
     plan.site_mut(Site::OProj).data_tile = Some(512);
+    plan.site_mut(Site::OProj).placement = Some(GemvPlacement::Alone);
     check_plan_against_reference(
         "tiny",
         vec![vec![1, 2, 3], vec![500, 17, 42]],

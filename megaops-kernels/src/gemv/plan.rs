@@ -229,19 +229,21 @@ fn check_weight(what: &str, w: &Tensor<bf16>, rows: u32, k: u32) -> Result<()> {
     Ok(())
 }
 
-/// A config and split that replace the planner's (a tuner's choice); an unset field keeps
-/// what [`choose`] picks.
+/// A config, split and placement that replace the planner's (a tuner's or a user's
+/// choice); an unset field keeps what [`choose`] picks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Pick {
     /// Index into the kernel's `CONFIGS` (the plain and split-K kernels share one list).
     pub config: Option<usize>,
     /// CTAs per column tile (1: the kernel without split-K).
     pub splits: Option<u32>,
+    /// The placement [`choose`] plans for, instead of the caller's.
+    pub placement: Option<Placement>,
 }
 
 /// [`choose`]'s choice with `pick` applied, checked: the config must exist, a split above 1
 /// needs `max_splits` above 1 (a workspace), and every split must get at least one batch
-/// of k per warp along k.
+/// of k per warp along k. `pick.placement`, when set, replaces `placement`.
 #[allow(clippy::too_many_arguments)]
 pub fn choose_with(
     configs: &[ConfigInfo],
@@ -254,6 +256,7 @@ pub fn choose_with(
     max_splits: u32,
     placement: Placement,
 ) -> Result<Choice> {
+    let placement = pick.placement.unwrap_or(placement);
     let mut c = choose(configs, rg, m, n, k, sms, max_splits, placement)?;
     if let Some(config) = pick.config {
         let info = configs.get(config).ok_or_else(|| {
@@ -760,6 +763,41 @@ mod tests {
                 pick_for(Placement::BesideProducer, 2, m, inter, k)
             );
         }
+    }
+
+    /// A pick's placement replaces the caller's; its config and split still apply on top.
+    #[test]
+    fn a_picked_placement_replaces_the_callers() {
+        let (m, n, k) = (1, 4096, 4096); // Qwen3-8B o
+        let with = |pick: Pick| {
+            choose_with(
+                gemv::CONFIGS,
+                pick,
+                1,
+                m,
+                n,
+                k,
+                132,
+                MAX_SPLITS,
+                Placement::BesideProducer,
+            )
+        };
+        let beside = with(Pick::default()).unwrap();
+        let alone = with(Pick {
+            placement: Some(Placement::Alone),
+            ..Pick::default()
+        })
+        .unwrap();
+        assert!(!beside.shape.bounded(), "{beside:?}");
+        assert_eq!(alone, pick_for(Placement::Alone, 1, m, n, k));
+        assert!(alone.shape.bounded(), "{alone:?}");
+        let both = with(Pick {
+            config: Some(beside.config),
+            splits: Some(2),
+            placement: Some(Placement::Alone),
+        })
+        .unwrap();
+        assert_eq!((both.config, both.splits), (beside.config, 2));
     }
 
     #[test]

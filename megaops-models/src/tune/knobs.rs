@@ -56,6 +56,11 @@ impl Site {
             Site::LmHead => "lm_head",
         }
     }
+
+    /// Parses [`Site::name`].
+    pub fn parse(s: &str) -> Option<Site> {
+        Site::ALL.into_iter().find(|site| site.name() == s)
+    }
 }
 
 /// Knob families: what the ablation holds at the planners' values, one family at a time.
@@ -136,6 +141,36 @@ impl From<Release> for ReleaseNext {
     }
 }
 
+/// [`Placement`](megaops_kernels::gemv::plan::Placement) as stored in a plan: which
+/// configs the GEMV planner considers for a site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GemvPlacement {
+    /// `Placement::Alone`: bounded configs (two CTAs per SM) where the kernel has them.
+    Alone,
+    /// `Placement::BesideProducer`: unbounded configs (one CTA per SM).
+    Beside,
+}
+
+impl GemvPlacement {
+    /// The name in plans and on the command line (`alone`, `beside`).
+    pub fn name(self) -> &'static str {
+        match self {
+            GemvPlacement::Alone => "alone",
+            GemvPlacement::Beside => "beside",
+        }
+    }
+}
+
+impl From<GemvPlacement> for megaops_kernels::gemv::plan::Placement {
+    fn from(p: GemvPlacement) -> Self {
+        match p {
+            GemvPlacement::Alone => Self::Alone,
+            GemvPlacement::Beside => Self::BesideProducer,
+        }
+    }
+}
+
 /// What one site's launches use; `None` leaves a choice to the planner.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SiteChoice {
@@ -159,14 +194,32 @@ pub struct SiteChoice {
     /// subkernels ([`PrefillGemm::CublasLt`](crate::layers::PrefillGemm::CublasLt)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunks: Option<u32>,
+    /// The placement the GEMV planner plans the site's decode GEMV for, when `config` is
+    /// unset (the sites' own rule where `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<GemvPlacement>,
 }
 
 impl SiteChoice {
-    /// The config and split as a GEMV planner override.
+    /// The config, split and placement as a GEMV planner override.
     pub fn pick(&self) -> megaops_kernels::gemv::plan::Pick {
         megaops_kernels::gemv::plan::Pick {
             config: self.config,
             splits: self.splits,
+            placement: self.placement.map(Into::into),
+        }
+    }
+
+    /// This choice with every field that `over` sets taken from `over`.
+    pub fn overridden_by(self, over: SiteChoice) -> SiteChoice {
+        SiteChoice {
+            config: over.config.or(self.config),
+            splits: over.splits.or(self.splits),
+            occupancy_limit: over.occupancy_limit.or(self.occupancy_limit),
+            release: over.release.or(self.release),
+            data_tile: over.data_tile.or(self.data_tile),
+            chunks: over.chunks.or(self.chunks),
+            placement: over.placement.or(self.placement),
         }
     }
 
@@ -182,6 +235,102 @@ impl SiteChoice {
             opts.release_next = r.into();
         }
         opts
+    }
+}
+
+/// One site's choices given by hand, as `--site` takes them:
+/// `<site>:<key>=<value>[,<key>=<value>…]`, e.g. `mlp.down:placement=alone` or
+/// `mlp.gate_up:config=0,splits=2`. Keys: `config`, `splits`, `occupancy` (0: no limit),
+/// `release` (`first_cta`, `last_cta`), `tile` (columns per data tile), `chunks`,
+/// `placement` (`alone`, `beside`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SiteOverride {
+    /// The site.
+    pub site: Site,
+    /// The fields it sets; the others stay as they were.
+    pub choice: SiteChoice,
+}
+
+impl std::str::FromStr for SiteOverride {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<SiteOverride, String> {
+        let names = || Site::ALL.map(Site::name).join(", ");
+        let (site, fields) = s
+            .split_once(':')
+            .ok_or_else(|| format!("`{s}`: expected <site>:<key>=<value>,… (sites: {})", names()))?;
+        let site = Site::parse(site).ok_or_else(|| format!("`{site}` is not a site (sites: {})", names()))?;
+        let mut choice = SiteChoice::default();
+        for field in fields.split(',') {
+            let (key, value) = field
+                .split_once('=')
+                .ok_or_else(|| format!("`{field}`: expected <key>=<value>"))?;
+            let number = || {
+                value
+                    .parse::<u32>()
+                    .map_err(|_| format!("`{key}={value}`: expected a whole number"))
+            };
+            match key {
+                "config" => choice.config = Some(number()? as usize),
+                "splits" if number()? == 0 => return Err(format!("`{field}`: splits start at 1")),
+                "splits" => choice.splits = Some(number()?),
+                "occupancy" => choice.occupancy_limit = Some(number()?),
+                "tile" if number()? == 0 => return Err(format!("`{field}`: a data tile has columns")),
+                "tile" => choice.data_tile = Some(number()?),
+                "chunks" if number()? == 0 => return Err(format!("`{field}`: chunks start at 1")),
+                "chunks" => choice.chunks = Some(number()?),
+                "release" => {
+                    choice.release = Some(match value {
+                        "first_cta" => Release::FirstCta,
+                        "last_cta" => Release::LastCta,
+                        _ => return Err(format!("`{field}`: release is first_cta or last_cta")),
+                    })
+                }
+                "placement" => {
+                    choice.placement = Some(match value {
+                        "alone" => GemvPlacement::Alone,
+                        "beside" => GemvPlacement::Beside,
+                        _ => return Err(format!("`{field}`: placement is alone or beside")),
+                    })
+                }
+                _ => {
+                    return Err(format!(
+                        "`{key}` is not a site knob (config, splits, occupancy, release, tile, chunks, placement)"
+                    ));
+                }
+            }
+        }
+        Ok(SiteOverride { site, choice })
+    }
+}
+
+impl std::fmt::Display for SiteOverride {
+    /// The form [`SiteOverride`] parses.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = self.choice;
+        let mut parts = Vec::new();
+        let mut add = |key: &str, v: Option<String>| {
+            if let Some(v) = v {
+                parts.push(format!("{key}={v}"));
+            }
+        };
+        add("config", c.config.map(|v| v.to_string()));
+        add("splits", c.splits.map(|v| v.to_string()));
+        add("occupancy", c.occupancy_limit.map(|v| v.to_string()));
+        add(
+            "release",
+            c.release.map(|r| {
+                match r {
+                    Release::FirstCta => "first_cta",
+                    Release::LastCta => "last_cta",
+                }
+                .to_string()
+            }),
+        );
+        add("tile", c.data_tile.map(|v| v.to_string()));
+        add("chunks", c.chunks.map(|v| v.to_string()));
+        add("placement", c.placement.map(|p| p.name().to_string()));
+        write!(f, "{}:{}", self.site.name(), parts.join(","))
     }
 }
 
@@ -229,6 +378,12 @@ impl StepPlan {
         }
     }
 
+    /// Applies `over`: the fields it sets replace the site's.
+    pub fn override_site(&mut self, over: SiteOverride) {
+        let site = self.site_mut(over.site);
+        *site = site.overridden_by(over.choice);
+    }
+
     /// Whether nothing is set (the planners' plan).
     pub fn is_default(&self) -> bool {
         self.streams.is_none()
@@ -273,6 +428,9 @@ impl StepPlan {
             if let Some(v) = c.chunks {
                 parts.push(format!("{v} cuBLASLt chunks"));
             }
+            if let Some(p) = c.placement {
+                parts.push(format!("planned {}", p.name()));
+            }
             if !parts.is_empty() {
                 out.push(format!("{}: {}", site.name(), parts.join(", ")));
             }
@@ -298,6 +456,7 @@ mod tests {
             release: Some(Release::LastCta),
             data_tile: None,
             chunks: Some(8),
+            placement: Some(GemvPlacement::Alone),
         };
         plan.site_mut(Site::GateUp).data_tile = Some(64);
         let json = serde_json::to_string(&plan).expect("json");
@@ -317,12 +476,52 @@ mod tests {
             vec![
                 "streams: 3".to_string(),
                 "mlp.gate_up: data tiles of 64 columns".to_string(),
-                "mlp.down: config 4, splits 2, occupancy limit 1, release LastCta, 8 cuBLASLt chunks".to_string()
+                "mlp.down: config 4, splits 2, occupancy limit 1, release LastCta, 8 cuBLASLt chunks, planned alone"
+                    .to_string()
             ]
         );
         let tiles = back.decode_tiles();
         assert_eq!(tiles.act, 64);
         assert_eq!(tiles.qkv, DecodeTiles::default().qkv);
         assert_eq!(Family::parse("padding"), Some(Family::Padding));
+    }
+
+    #[test]
+    fn site_overrides_parse_print_and_apply() {
+        let over: SiteOverride = "mlp.down:placement=alone,splits=2".parse().expect("parse");
+        assert_eq!(over.site, Site::Down);
+        assert_eq!(over.choice.placement, Some(GemvPlacement::Alone));
+        assert_eq!(over.choice.splits, Some(2));
+        assert_eq!(over.to_string(), "mlp.down:splits=2,placement=alone");
+        let all: SiteOverride =
+            "attn.o:config=3,splits=1,occupancy=0,release=last_cta,tile=64,chunks=2,placement=beside"
+                .parse()
+                .expect("every key");
+        assert_eq!(all.to_string().parse::<SiteOverride>(), Ok(all));
+        let mut plan = StepPlan::default();
+        plan.site_mut(Site::Down).config = Some(7);
+        plan.site_mut(Site::Down).splits = Some(4);
+        plan.override_site(over);
+        let down = plan.site(Site::Down);
+        assert_eq!(
+            (down.config, down.splits, down.placement),
+            (Some(7), Some(2), Some(GemvPlacement::Alone))
+        );
+        assert_eq!(
+            down.pick().placement,
+            Some(megaops_kernels::gemv::plan::Placement::Alone)
+        );
+        for (bad, says) in [
+            ("down:config=1", "is not a site"),
+            ("mlp.down", "expected <site>:"),
+            ("mlp.down:config", "expected <key>=<value>"),
+            ("mlp.down:config=x", "whole number"),
+            ("mlp.down:splits=0", "start at 1"),
+            ("mlp.down:placement=near", "alone or beside"),
+            ("mlp.down:warps=2", "is not a site knob"),
+        ] {
+            let e = bad.parse::<SiteOverride>().expect_err(bad);
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 }

@@ -14,5 +14,5 @@ pub mod search;
 
 pub use cache::{CacheEntry, CacheKey, Lookup, TuneCache, workload_key};
 pub use engine::{PlanTimer, PrefillTimer, Space, StepTimer, Tuned, tune};
-pub use knobs::{Family, Release, Site, SiteChoice, StepPlan};
+pub use knobs::{Family, GemvPlacement, Release, Site, SiteChoice, SiteOverride, StepPlan};
 pub use search::{Event, Knob, Move, Outcome, SearchOptions};
