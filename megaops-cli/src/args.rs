@@ -220,9 +220,10 @@ pub struct Bench {
     pub sync: SyncArgs,
     /// GEMMs of the prefills' projections: `rust`, `cublaslt` (4 row chunks per GEMM),
     /// `cublaslt:<chunks>`, `auto` (per GEMM: cuBLASLt from 100 GFLOP on) or
-    /// `auto:<GFLOP>`.
-    #[arg(long, default_value = "rust")]
-    pub prefill_gemm: GemmBackend,
+    /// `auto:<GFLOP>`. A list (`rust,auto`) times every prefill row on each in turn; the
+    /// decode rows' prefills run on the first.
+    #[arg(long, value_delimiter = ',', default_value = "rust")]
+    pub prefill_gemm: Vec<GemmBackend>,
     /// Instead of timing the workloads: where one decode step (at the first decode
     /// workload's prompt length) and one prefill (if listed) spend their time, per
     /// operator, overlapped against serial, at every batch size (GPU only).

@@ -44,16 +44,27 @@ pub fn run_bench(b: Bench) -> Result<()> {
     // Every model opens (config, checkpoint tensors) and every request fits before any
     // device work.
     let sources = models.iter().map(open).collect::<Result<Vec<_>>>()?;
+    let first_gemm = *b
+        .prefill_gemm
+        .first()
+        .ok_or_else(|| ModelError::Request("--prefill-gemm must name a backend".into()))?;
+    // Prefill rows run once per listed backend (backend innermost, so that a cell's rows
+    // are timed back to back); decode rows once, their prefills on the first backend.
+    let gemms = |w: Workload| match w {
+        Workload::Prefill => b.prefill_gemm.clone(),
+        _ => vec![first_gemm],
+    };
     let specs: Vec<BenchSpec> = workloads
         .iter()
         .flat_map(|&w| b.batches.iter().map(move |&batch| (w, batch)))
-        .flat_map(|(w, batch)| {
-            modes.iter().map(move |&m| BenchSpec {
+        .flat_map(|(w, batch)| modes.iter().map(move |&m| (w, batch, m)))
+        .flat_map(|(w, batch, m)| {
+            gemms(w).into_iter().map(move |gemm| BenchSpec {
                 prompt_len: b.prompt_len,
                 new_tokens: b.new_tokens,
                 prefill_reps: b.prefill_reps,
                 seed: b.seed,
-                prefill_gemm: b.prefill_gemm,
+                prefill_gemm: gemm,
                 ..BenchSpec::new(w, batch, m)
             })
         })
@@ -205,9 +216,14 @@ fn breakdown_table(d: &Breakdown) -> String {
 /// A Markdown table of one model's rows.
 fn table(model: &str, rows: &[BenchRow]) -> String {
     let opt = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
+    // One backend for every row: named in the heading (unless `rust`); several: in the
+    // mode column of each prefill row.
+    let mixed = rows
+        .iter()
+        .any(|r| rows.first().is_some_and(|f| f.prefill_gemm != r.prefill_gemm));
     let gemm = rows
         .first()
-        .filter(|r| r.prefill_gemm != "rust")
+        .filter(|r| r.prefill_gemm != "rust" && !mixed)
         .map(|r| format!(" (prefill GEMMs: {})", r.prefill_gemm))
         .unwrap_or_default();
     let fusion = match (rows.iter().any(|r| r.norm_fusion), rows.iter().any(|r| !r.rope_fusion)) {
@@ -229,7 +245,11 @@ fn table(model: &str, rows: &[BenchRow]) -> String {
             "| {} | {} | {} | {} | {}–{} | {:.0} | {} | {} | {:.2} |\n",
             r.workload,
             r.batch,
-            r.mode,
+            if mixed && r.workload == Workload::Prefill.name() {
+                format!("{}, {}", r.mode, r.prefill_gemm)
+            } else {
+                r.mode.clone()
+            },
             opt(r.step_ms, 3),
             opt(r.step_p10_ms, 3),
             opt(r.step_p90_ms, 3),

@@ -388,7 +388,9 @@ fn bench_refuses_bad_requests_before_running() {
     );
 }
 
-/// `--prefill-gemm auto:<GFLOP>` runs the prefill and its row names the backend as it ran.
+/// `--prefill-gemm auto:<GFLOP>` runs the prefill and its row names the backend as it ran;
+/// a list of backends times each prefill row on each, back to back, and the table names
+/// them per row, while the decode rows run once, with prefills on the first backend.
 #[test]
 fn bench_prefills_with_auto_gemms() {
     let (out, rows) = bench_rows(
@@ -414,6 +416,48 @@ fn bench_prefills_with_auto_gemms() {
     assert_eq!(row["prefill_gemm"], "auto:0.01", "{row}");
     assert!(row["prefill_ms"].as_f64().is_some_and(|t| t > 0.0), "{row}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("(prefill GEMMs: auto:0.01)"));
+
+    let (out, rows) = bench_rows(
+        "gemms",
+        &[
+            "--presets",
+            "tiny",
+            "--workloads",
+            "short-decode,prefill",
+            "--batches",
+            "2",
+            "--modes",
+            "overlapped,serial",
+            "--prompt-len",
+            "40",
+            "--new-tokens",
+            "2",
+            "--prefill-reps",
+            "1",
+            "--prefill-gemm",
+            "cublaslt:2,auto:0.01",
+        ],
+    );
+    let runs: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{} {} {}", r["workload"], r["mode"], r["prefill_gemm"]).replace('"', ""))
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            "short-decode overlapped cublaslt:2",
+            "short-decode serial cublaslt:2",
+            "prefill overlapped cublaslt:2",
+            "prefill overlapped auto:0.01",
+            "prefill serial cublaslt:2",
+            "prefill serial auto:0.01",
+        ]
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("| prefill | 2 | overlapped, auto:0.01 |") && !stdout.contains("(prefill GEMMs:"),
+        "{stdout}"
+    );
 }
 
 /// A `--trace` folder's files: Perfetto JSON with `traceEvents` (tile slices named
