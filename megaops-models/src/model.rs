@@ -19,7 +19,7 @@ use crate::tune::{Site, SiteChoice, StepPlan};
 use megaops::{Device, DynChunks, DynGrid, DynRows, LaunchOptions, LaunchTarget, Tensor, Tiled, bf16};
 use megaops_kernels::elementwise::embedding;
 use megaops_kernels::gemv::lm_head;
-use megaops_kernels::gemv::plan::{self, Placement};
+use megaops_kernels::gemv::plan;
 use megaops_kernels::norm::add_rmsnorm;
 use megaops_kernels::sampling::{ArgmaxWorkspace, argmax};
 
@@ -286,7 +286,8 @@ impl CausalLm {
         let w = self.lm_head();
         let sms = on.device().sm_count();
         let pick = pass.lm_head_choice.pick();
-        let choice = plan::choose_with(lm_head::CONFIGS, pick, 1, b, v, h, sms, 1, Placement::BesideProducer)?;
+        let place = crate::layers::decode_placement(Site::LmHead);
+        let choice = plan::choose_with(lm_head::CONFIGS, pick, 1, b, v, h, sms, 1, place)?;
         let head_opts = pass
             .lm_head_choice
             .apply(Site::LmHead, LaunchOptions::config(choice.config));

@@ -317,6 +317,143 @@ pub fn linear(
     )
 }
 
+/// The two projections a decode layer runs as GEMVs: a plain `y = x · wᵀ` and the fused
+/// gate/up + SiLU·mul. Each has a plain, a split-K and an add + RMSNorm-fused kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Projection {
+    Linear,
+    GateUp,
+}
+
+impl Projection {
+    /// Row groups of the weight: 1, or 2 for `[w_gate; w_up]`.
+    fn row_groups(self) -> u32 {
+        match self {
+            Projection::Linear => 1,
+            Projection::GateUp => 2,
+        }
+    }
+
+    /// The configs of the plain kernel (the split-K kernel shares them).
+    fn configs(self) -> &'static [ConfigInfo] {
+        match self {
+            Projection::Linear => gemv::CONFIGS,
+            Projection::GateUp => gate_up_silu::CONFIGS,
+        }
+    }
+
+    /// The configs of the add + RMSNorm-fused kernel.
+    fn fused_configs(self) -> &'static [ConfigInfo] {
+        match self {
+            Projection::Linear => add_rmsnorm_gemv::CONFIGS,
+            Projection::GateUp => add_rmsnorm_gate_up_silu::CONFIGS,
+        }
+    }
+
+    /// The name in errors (`linear`, `gate_up`).
+    fn name(self) -> &'static str {
+        match self {
+            Projection::Linear => "linear",
+            Projection::GateUp => "gate_up",
+        }
+    }
+
+    /// Plans `n` output columns (`inter` for gate/up) over `k` with `pick` and launches the
+    /// plain or split-K kernel; see [`linear_with`].
+    #[allow(clippy::too_many_arguments)]
+    fn launch(
+        self,
+        on: &impl LaunchTarget,
+        opts: &LaunchOptions,
+        pick: Pick,
+        x: &(impl AsInput<bf16, R2> + ?Sized),
+        w: &Tensor<bf16>,
+        y: &mut (impl AsOutput<bf16, R2> + ?Sized),
+        ws: Option<&mut SplitWorkspace>,
+        (m, n, k): (u32, u32, u32),
+        placement: Placement,
+    ) -> Result<Choice> {
+        let rg = self.row_groups();
+        check_weight(self.name(), w, rg * n, k)?;
+        let max_splits = if ws.is_some() { MAX_SPLITS } else { 1 };
+        let sms = on.device().sm_count();
+        let c = choose_with(self.configs(), pick, rg, m, n, k, sms, max_splits, placement)?;
+        let opts = LaunchOptions {
+            config: Some(c.config),
+            ..opts.clone()
+        };
+        match ws {
+            Some(ws) if c.splits > 1 => {
+                ws.check(c.splits, rg, m, n, c.shape.bn)?;
+                let (part, tickets) = (&mut ws.ws, &mut ws.counters);
+                match self {
+                    Projection::Linear => {
+                        gemv_splitk::launch_with(on, &opts, x, w, y, part, tickets, m, n, k, c.splits)?
+                    }
+                    Projection::GateUp => {
+                        gate_up_silu_splitk::launch_with(on, &opts, x, w, y, part, tickets, m, n, k, c.splits)?
+                    }
+                }
+            }
+            _ => match self {
+                Projection::Linear => gemv::launch_with(on, &opts, x, w, y, m, n, k)?,
+                Projection::GateUp => gate_up_silu::launch_with(on, &opts, x, w, y, m, n, k)?,
+            },
+        }
+        Ok(c)
+    }
+
+    /// The add + RMSNorm-fused launch of [`linear_add_norm_with`] and
+    /// [`gate_up_add_norm_with`].
+    #[allow(clippy::too_many_arguments)]
+    fn launch_add_norm<X, R, O>(
+        self,
+        on: &impl LaunchTarget,
+        opts: &LaunchOptions,
+        pick: Pick,
+        norm: AddNorm<'_, X, R, O>,
+        w: &Tensor<bf16>,
+        y: &mut (impl AsOutput<bf16, R2> + ?Sized),
+        scratch: &mut Tensor<bf16>,
+        (m, n, k): (u32, u32, u32),
+        placement: Placement,
+    ) -> Result<Option<Choice>>
+    where
+        X: AsInput<bf16, R2> + ?Sized,
+        R: AsInput<bf16, R2> + ?Sized,
+        O: AsOutput<bf16, R2> + ?Sized,
+    {
+        let rg = self.row_groups();
+        let what = format!("{}_add_norm", self.name());
+        check_weight(&what, w, rg * n, k)?;
+        check_norm_weight(&what, norm.weight, k)?;
+        let sms = on.device().sm_count();
+        let Some(c) = fuse_add_norm(self.configs(), self.fused_configs(), pick, rg, m, n, k, sms, placement)? else {
+            return Ok(None);
+        };
+        let opts = LaunchOptions {
+            config: Some(c.config),
+            ..opts.clone()
+        };
+        let AddNorm {
+            x,
+            res,
+            weight,
+            res_out,
+            eps,
+        } = norm;
+        match self {
+            Projection::Linear => {
+                add_rmsnorm_gemv::launch_with(on, &opts, x, res, weight, w, y, res_out, scratch, m, n, k, eps)?
+            }
+            Projection::GateUp => {
+                add_rmsnorm_gate_up_silu::launch_with(on, &opts, x, res, weight, w, y, res_out, scratch, m, n, k, eps)?
+            }
+        }
+        Ok(Some(c))
+    }
+}
+
 /// [`linear`] with the launch options `opts` (their `config` is replaced by the choice)
 /// and `pick` applied to the planner's choice ([`choose_with`]).
 #[allow(clippy::too_many_arguments)]
@@ -333,31 +470,7 @@ pub fn linear_with(
     k: u32,
     placement: Placement,
 ) -> Result<Choice> {
-    check_weight("linear", w, n, k)?;
-    let max_splits = if ws.is_some() { MAX_SPLITS } else { 1 };
-    let c = choose_with(
-        gemv::CONFIGS,
-        pick,
-        1,
-        m,
-        n,
-        k,
-        on.device().sm_count(),
-        max_splits,
-        placement,
-    )?;
-    let opts = LaunchOptions {
-        config: Some(c.config),
-        ..opts.clone()
-    };
-    match ws {
-        Some(ws) if c.splits > 1 => {
-            ws.check(c.splits, 1, m, n, c.shape.bn)?;
-            gemv_splitk::launch_with(on, &opts, x, w, y, &mut ws.ws, &mut ws.counters, m, n, k, c.splits)?;
-        }
-        _ => gemv::launch_with(on, &opts, x, w, y, m, n, k)?,
-    }
-    Ok(c)
+    Projection::Linear.launch(on, opts, pick, x, w, y, ws, (m, n, k), placement)
 }
 
 /// `h = silu(x · w_gateᵀ) · (x · w_upᵀ)` with `w_gate_up = [w_gate; w_up]` (`[2·inter, k]`),
@@ -406,43 +519,7 @@ pub fn gate_up_with(
     k: u32,
     placement: Placement,
 ) -> Result<Choice> {
-    check_weight("gate_up", w_gate_up, 2 * inter, k)?;
-    let max_splits = if ws.is_some() { MAX_SPLITS } else { 1 };
-    let c = choose_with(
-        gate_up_silu::CONFIGS,
-        pick,
-        2,
-        m,
-        inter,
-        k,
-        on.device().sm_count(),
-        max_splits,
-        placement,
-    )?;
-    let opts = LaunchOptions {
-        config: Some(c.config),
-        ..opts.clone()
-    };
-    match ws {
-        Some(ws) if c.splits > 1 => {
-            ws.check(c.splits, 2, m, inter, c.shape.bn)?;
-            gate_up_silu_splitk::launch_with(
-                on,
-                &opts,
-                x,
-                w_gate_up,
-                h,
-                &mut ws.ws,
-                &mut ws.counters,
-                m,
-                inter,
-                k,
-                c.splits,
-            )?;
-        }
-        _ => gate_up_silu::launch_with(on, &opts, x, w_gate_up, h, m, inter, k)?,
-    }
-    Ok(c)
+    Projection::GateUp.launch(on, opts, pick, x, w_gate_up, h, ws, (m, inter, k), placement)
 }
 
 /// The residual add and RMSNorm in front of a fused projection ([`linear_add_norm_with`],
@@ -532,43 +609,7 @@ where
     R: AsInput<bf16, R2> + ?Sized,
     O: AsOutput<bf16, R2> + ?Sized,
 {
-    check_weight("linear_add_norm", w, n, k)?;
-    check_norm_weight("linear_add_norm", norm.weight, k)?;
-    let sms = on.device().sm_count();
-    let Some(c) = fuse_add_norm(
-        gemv::CONFIGS,
-        add_rmsnorm_gemv::CONFIGS,
-        pick,
-        1,
-        m,
-        n,
-        k,
-        sms,
-        placement,
-    )?
-    else {
-        return Ok(None);
-    };
-    let opts = LaunchOptions {
-        config: Some(c.config),
-        ..opts.clone()
-    };
-    add_rmsnorm_gemv::launch_with(
-        on,
-        &opts,
-        norm.x,
-        norm.res,
-        norm.weight,
-        w,
-        y,
-        norm.res_out,
-        scratch,
-        m,
-        n,
-        k,
-        norm.eps,
-    )?;
-    Ok(Some(c))
+    Projection::Linear.launch_add_norm(on, opts, pick, norm, w, y, scratch, (m, n, k), placement)
 }
 
 /// [`linear_add_norm_with`] for the fused gate/up projection ([`add_rmsnorm_gate_up_silu`];
@@ -593,43 +634,7 @@ where
     R: AsInput<bf16, R2> + ?Sized,
     O: AsOutput<bf16, R2> + ?Sized,
 {
-    check_weight("gate_up_add_norm", w_gate_up, 2 * inter, k)?;
-    check_norm_weight("gate_up_add_norm", norm.weight, k)?;
-    let sms = on.device().sm_count();
-    let Some(c) = fuse_add_norm(
-        gate_up_silu::CONFIGS,
-        add_rmsnorm_gate_up_silu::CONFIGS,
-        pick,
-        2,
-        m,
-        inter,
-        k,
-        sms,
-        placement,
-    )?
-    else {
-        return Ok(None);
-    };
-    let opts = LaunchOptions {
-        config: Some(c.config),
-        ..opts.clone()
-    };
-    add_rmsnorm_gate_up_silu::launch_with(
-        on,
-        &opts,
-        norm.x,
-        norm.res,
-        norm.weight,
-        w_gate_up,
-        h,
-        norm.res_out,
-        scratch,
-        m,
-        inter,
-        k,
-        norm.eps,
-    )?;
-    Ok(Some(c))
+    Projection::GateUp.launch_add_norm(on, opts, pick, norm, w_gate_up, h, scratch, (m, inter, k), placement)
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use super::add_norm::{AddNormInput, FusedNorm};
 use super::layout::PassLayout;
 use super::mlp::{DECODE_MAX_M, PREFILL_ROW_TILE, prefill_gemm_config};
 use super::prefill_gemm::PrefillGemm;
+use super::projection::Projection;
 use crate::config::{Architecture, Config};
 use crate::error::{ModelError, Result};
 use crate::tune::{Site, SiteChoice};
@@ -25,8 +26,7 @@ use megaops::subkernel::cublaslt::Shaped;
 use megaops::{Device, DynGrid, DynRows, LaunchOptions, LaunchTarget, R2, ReleaseNext, Tensor, Tiled, bf16};
 use megaops_kernels::attention::decode::{self, DecodeWorkspace, decode_attention, decode_attention_rope};
 use megaops_kernels::attention::prefill::{self, prefill_attention};
-use megaops_kernels::gemv::plan::{self, Placement, SplitWorkspace};
-use megaops_kernels::gemv::{add_rmsnorm_gemv, gemv};
+use megaops_kernels::gemv::plan::{self, SplitWorkspace};
 use megaops_kernels::rope::{self, qk_norm_rope};
 
 /// The attention dimensions of a model.
@@ -237,37 +237,13 @@ impl Attention {
         acts: &mut AttentionActivations,
     ) -> Result<()> {
         self.check(acts)?;
-        let d = self.dims;
-        let (m, n, h) = (acts.m as u32, d.qkv_dim() as u32, d.hidden as u32);
+        let (m, h) = (acts.m as u32, self.dims.hidden as u32);
+        let p = Projection::qkv(&self.dims);
         if let Some(scratch) = acts.norm.active() {
             let choice = acts.choices[0];
-            let sms = on.device().sm_count();
-            let fuse = plan::fuse_add_norm(
-                gemv::CONFIGS,
-                add_rmsnorm_gemv::CONFIGS,
-                choice.pick(),
-                1,
-                m,
-                n,
-                h,
-                sms,
-                Placement::BesideProducer,
-            )?;
-            if fuse.is_some() {
+            if p.fuses_add_norm(choice, acts.m, on.device().sm_count())? {
                 acts.qkv.rearm();
-                plan::linear_add_norm_with(
-                    on,
-                    &choice.apply(Site::Qkv, LaunchOptions::default()),
-                    choice.pick(),
-                    norm.fused(),
-                    &self.w_qkv,
-                    &mut acts.qkv,
-                    scratch,
-                    m,
-                    n,
-                    h,
-                    Placement::BesideProducer,
-                )?;
+                p.launch_add_norm(on, choice, norm.fused(), &self.w_qkv, &mut acts.qkv, scratch, acts.m)?;
                 return self.after_qkv(on, cache, pos, acts);
             }
         }
@@ -293,42 +269,21 @@ impl Attention {
         xn: &(impl AsInput<bf16, R2> + Shaped + ?Sized),
         acts: &mut AttentionActivations,
     ) -> Result<()> {
-        let d = self.dims;
-        let m = acts.m as u32;
-        let (h, qd, kvd) = (d.hidden as u32, d.q_dim() as u32, d.kv_dim() as u32);
-        let sms = on.device().sm_count();
-        let gemv = acts.m <= DECODE_MAX_M;
+        let (m, sms) = (acts.m, on.device().sm_count());
+        let p = Projection::qkv(&self.dims);
         acts.qkv.rearm();
-        if gemv {
-            let choice = acts.choices[0];
-            plan::linear_with(
-                on,
-                &choice.apply(Site::Qkv, LaunchOptions::default()),
-                choice.pick(),
-                xn,
-                &self.w_qkv,
-                &mut acts.qkv,
-                acts.ws_qkv.as_mut(),
-                m,
-                qd + 2 * kvd,
-                h,
-                Placement::BesideProducer,
-            )?;
-        } else {
-            let choice = acts.choices[0];
-            let c = choice
-                .config
-                .unwrap_or_else(|| prefill_gemm_config(acts.m, d.qkv_dim(), sms));
-            acts.gemm.linear(
-                on,
-                &choice.apply(Site::Qkv, acts.opts(c)),
-                choice.chunks,
-                xn,
-                &self.w_qkv,
-                &mut acts.qkv,
-                (m, qd + 2 * kvd, h),
-            )?;
-        }
+        p.launch(
+            on,
+            acts.choices[0],
+            xn,
+            &self.w_qkv,
+            &mut acts.qkv,
+            acts.ws_qkv.as_mut(),
+            &acts.gemm,
+            acts.release,
+            || prefill_gemm_config(m, p.weight_rows(), sms),
+            m,
+        )?;
         Ok(())
     }
 
@@ -491,42 +446,21 @@ impl Attention {
 
     /// The output projection of `acts.o` into `acts.out`.
     fn o_proj(&self, on: &impl LaunchTarget, acts: &mut AttentionActivations) -> Result<()> {
-        let d = self.dims;
-        let m = acts.m as u32;
-        let (h, qd) = (d.hidden as u32, d.q_dim() as u32);
-        let sms = on.device().sm_count();
-        let gemv = acts.m <= DECODE_MAX_M;
+        let (m, sms) = (acts.m, on.device().sm_count());
+        let p = Projection::o(&self.dims);
         acts.out.rearm();
-        if gemv {
-            let choice = acts.choices[3];
-            plan::linear_with(
-                on,
-                &choice.apply(Site::OProj, LaunchOptions::default()),
-                choice.pick(),
-                &acts.o,
-                &self.w_o,
-                &mut acts.out,
-                acts.ws_o.as_mut(),
-                m,
-                h,
-                qd,
-                Placement::BesideProducer,
-            )?;
-        } else {
-            let choice = acts.choices[3];
-            let c = choice
-                .config
-                .unwrap_or_else(|| prefill_gemm_config(acts.m, d.hidden, sms));
-            acts.gemm.linear(
-                on,
-                &choice.apply(Site::OProj, acts.opts(c)),
-                choice.chunks,
-                &acts.o,
-                &self.w_o,
-                &mut acts.out,
-                (m, h, qd),
-            )?;
-        }
+        p.launch(
+            on,
+            acts.choices[3],
+            &acts.o,
+            &self.w_o,
+            &mut acts.out,
+            acts.ws_o.as_mut(),
+            &acts.gemm,
+            acts.release,
+            || prefill_gemm_config(m, p.weight_rows(), sms),
+            m,
+        )?;
         Ok(())
     }
 }

@@ -37,15 +37,15 @@
 
 use super::add_norm::{AddNormInput, FusedNorm};
 use super::prefill_gemm::PrefillGemm;
-use crate::tune::{Site, SiteChoice};
+use super::projection::Projection;
+use crate::tune::SiteChoice;
 use megaops::launch::AsInput;
 use megaops::{
     Device, DynGrid, DynRows, Error, LaunchOptions, LaunchTarget, R2, ReleaseNext, Result, Tensor, Tiled, bf16,
 };
 use megaops_kernels::elementwise::silu_mul;
 use megaops_kernels::gemm::{self, matmul};
-use megaops_kernels::gemv::plan::{self, Placement, SplitWorkspace};
-use megaops_kernels::gemv::{add_rmsnorm_gate_up_silu, gate_up_silu};
+use megaops_kernels::gemv::plan::{self, SplitWorkspace};
 use megaops_kernels::norm::rmsnorm;
 
 /// Largest number of rows that takes the decode (GEMV) path; more rows take the prefill
@@ -416,35 +416,20 @@ impl Mlp {
                 acts.config, self.config
             )));
         }
-        let (m, h, inter) = (acts.m as u32, self.config.hidden as u32, self.config.inter as u32);
+        let (m, h) = (acts.m as u32, self.config.hidden as u32);
+        let p = Projection::gate_up(self.config.hidden, self.config.inter);
         if let Some(scratch) = acts.norm.active() {
             let choice = acts.choices[0];
-            let sms = on.device().sm_count();
-            let fuse = plan::fuse_add_norm(
-                gate_up_silu::CONFIGS,
-                add_rmsnorm_gate_up_silu::CONFIGS,
-                choice.pick(),
-                2,
-                m,
-                inter,
-                h,
-                sms,
-                Placement::BesideProducer,
-            )?;
-            if fuse.is_some() {
+            if p.fuses_add_norm(choice, acts.m, on.device().sm_count())? {
                 acts.act.rearm();
-                plan::gate_up_add_norm_with(
+                p.launch_add_norm(
                     on,
-                    &choice.apply(Site::GateUp, LaunchOptions::default()),
-                    choice.pick(),
+                    choice,
                     norm.fused(),
                     &self.w_gate_up,
                     &mut acts.act,
                     scratch,
-                    m,
-                    inter,
-                    h,
-                    Placement::BesideProducer,
+                    acts.m,
                 )?;
                 return self.projection_stage(on, acts, 2);
             }
@@ -456,43 +441,43 @@ impl Mlp {
     /// Stage `stage ≥ 1` of the forward pass (see [`Mlp::forward_stage`]).
     fn projection_stage(&self, on: &impl LaunchTarget, acts: &mut MlpActivations, stage: usize) -> Result<()> {
         let c = self.config;
-        let (m, h, inter) = (acts.m as u32, c.hidden as u32, c.inter as u32);
-        let opts = |config: usize| LaunchOptions::config(config).release_next(acts.release);
+        let m = acts.m;
+        let (gate_up, down) = (
+            Projection::gate_up(c.hidden, c.inter),
+            Projection::down(c.hidden, c.inter),
+        );
+        let [gate_up_config, down_config] = acts.gemm_configs;
         match (acts.path, stage) {
             (MlpPath::Decode, 1) => {
                 acts.act.rearm();
-                let choice = acts.choices[0];
-                plan::gate_up_with(
+                gate_up.launch(
                     on,
-                    &choice.apply(Site::GateUp, LaunchOptions::default()),
-                    choice.pick(),
+                    acts.choices[0],
                     &acts.xn,
                     &self.w_gate_up,
                     &mut acts.act,
                     acts.ws_gate_up.as_mut(),
+                    &acts.gemm,
+                    acts.release,
+                    || gate_up_config,
                     m,
-                    inter,
-                    h,
-                    Placement::BesideProducer,
                 )?;
             }
-            (MlpPath::Decode, 2) => {
+            // On the decode path the down GEMV is planned beside the running gate/up GEMV
+            // also in the serial forward, so that both forwards run the same kernels.
+            (MlpPath::Decode, 2) | (MlpPath::Prefill, 3) => {
                 acts.out.rearm();
-                let choice = acts.choices[1];
-                plan::linear_with(
+                down.launch(
                     on,
-                    &choice.apply(Site::Down, LaunchOptions::default()),
-                    choice.pick(),
+                    acts.choices[1],
                     &acts.act,
                     &self.w_down,
                     &mut acts.out,
                     acts.ws_down.as_mut(),
+                    &acts.gemm,
+                    acts.release,
+                    || down_config,
                     m,
-                    h,
-                    inter,
-                    // Beside the running gate/up GEMV, also in the serial forward, so
-                    // that both forwards run the same kernels.
-                    Placement::BesideProducer,
                 )?;
             }
             (MlpPath::Prefill, 1 | 2) => {
@@ -502,35 +487,25 @@ impl Mlp {
                     .ok_or_else(|| Error::Invalid("MLP forward: prefill activations lack the gate/up tensor".into()))?;
                 if stage == 1 {
                     gu.rearm();
-                    let choice = acts.choices[0];
-                    acts.gemm.linear(
+                    gate_up.launch(
                         on,
-                        &choice.apply(Site::GateUp, opts(choice.config.unwrap_or(acts.gemm_configs[0]))),
-                        choice.chunks,
+                        acts.choices[0],
                         &acts.xn,
                         &self.w_gate_up,
                         gu,
-                        (m, 2 * inter, h),
+                        None,
+                        &acts.gemm,
+                        acts.release,
+                        || gate_up_config,
+                        m,
                     )?;
                 } else {
                     acts.act.rearm();
                     // 16 rows × 2048 columns per CTA: the prefill tile.
                     let wide = super::config_where("silu_mul", silu_mul::CONSTS, "BM = 16", |c| c.BM == 16)?;
-                    silu_mul::launch_with(on, &opts(wide), &*gu, &mut acts.act, m, inter)?;
+                    let opts = LaunchOptions::config(wide).release_next(acts.release);
+                    silu_mul::launch_with(on, &opts, &*gu, &mut acts.act, m as u32, c.inter as u32)?;
                 }
-            }
-            (MlpPath::Prefill, 3) => {
-                acts.out.rearm();
-                let choice = acts.choices[1];
-                acts.gemm.linear(
-                    on,
-                    &choice.apply(Site::Down, opts(choice.config.unwrap_or(acts.gemm_configs[1]))),
-                    choice.chunks,
-                    &acts.act,
-                    &self.w_down,
-                    &mut acts.out,
-                    (m, h, inter),
-                )?;
             }
             (path, _) => {
                 return Err(Error::Invalid(format!(

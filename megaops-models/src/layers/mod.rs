@@ -6,6 +6,7 @@ pub mod decoder;
 pub mod layout;
 pub mod mlp;
 pub mod prefill_gemm;
+pub mod projection;
 
 pub use add_norm::AddNormInput;
 pub use attention::{Attention, AttentionActivations, AttentionDims, AttentionKind, KvCache, Positions};
@@ -13,6 +14,7 @@ pub use decoder::{DecoderLayer, LayerActivations};
 pub use layout::{DecodeTiles, PassLayout};
 pub use mlp::{Mlp, MlpActivations, MlpConfig, MlpPath};
 pub use prefill_gemm::{AUTO_MIN_FLOPS, GemmBackend, Picked, PrefillGemm};
+pub use projection::{Projection, decode_placement};
 
 /// The index of the first tile config of `kernel` whose constants (an entry of its
 /// launcher's `CONSTS`) `pick` accepts, so that the engine chooses configs by their

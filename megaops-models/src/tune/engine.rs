@@ -11,14 +11,14 @@ use crate::bench::{median, random_prompts, time_each};
 use crate::error::{ModelError, Result};
 use crate::generate::Session;
 use crate::layers::mlp::{DECODE_COL_TILE, DECODE_MAX_M, mlp_gemm_configs, prefill_gemm_config};
-use crate::layers::{DecodeTiles, GemmBackend, Picked, PrefillGemm};
+use crate::layers::{DecodeTiles, GemmBackend, Picked, PrefillGemm, Projection, decode_placement};
 use crate::model::CausalLm;
 use megaops::AsyncStream;
 use megaops::launch::ConfigInfo;
 use megaops_kernels::attention::decode;
 use megaops_kernels::gemm::matmul;
+use megaops_kernels::gemv::lm_head;
 use megaops_kernels::gemv::plan::{self, ConfigShape, Placement};
-use megaops_kernels::gemv::{gate_up_silu, gemv, lm_head};
 use std::collections::BTreeMap;
 
 /// What a knob of the [`Space`] sets.
@@ -67,6 +67,7 @@ struct GemvSite {
     n: u32,
     k: u32,
     split_k: bool,
+    placement: Placement,
 }
 
 fn shape(info: &ConfigInfo) -> Result<ConfigShape> {
@@ -88,60 +89,33 @@ impl Space {
     ) -> Result<Space> {
         let c = lm.config();
         let dims = lm.model().dims();
-        let (m, h) = (batch as u32, c.hidden_size as u32);
-        let (qd, kvd, inter, v) = (
-            dims.q_dim() as u32,
-            dims.kv_dim() as u32,
-            c.intermediate_size as u32,
-            c.vocab_size as u32,
-        );
-        let gemvs = [
-            GemvSite {
-                site: Site::Qkv,
-                configs: gemv::CONFIGS,
-                rg: 1,
-                n: qd + 2 * kvd,
-                k: h,
+        let m = batch as u32;
+        let mut gemvs: Vec<GemvSite> = Projection::of_layer(&dims, c.intermediate_size)
+            .into_iter()
+            .map(|p| GemvSite {
+                site: p.site,
+                configs: p.gemv_configs(),
+                rg: p.row_groups as u32,
+                n: p.n as u32,
+                k: p.k as u32,
                 split_k: true,
-            },
-            GemvSite {
-                site: Site::OProj,
-                configs: gemv::CONFIGS,
-                rg: 1,
-                n: h,
-                k: qd,
-                split_k: true,
-            },
-            GemvSite {
-                site: Site::GateUp,
-                configs: gate_up_silu::CONFIGS,
-                rg: 2,
-                n: inter,
-                k: h,
-                split_k: true,
-            },
-            GemvSite {
-                site: Site::Down,
-                configs: gemv::CONFIGS,
-                rg: 1,
-                n: h,
-                k: inter,
-                split_k: true,
-            },
-            GemvSite {
-                site: Site::LmHead,
-                configs: lm_head::CONFIGS,
-                rg: 1,
-                n: v,
-                k: h,
-                split_k: false,
-            },
-        ];
+                placement: p.decode_placement(),
+            })
+            .collect();
+        gemvs.push(GemvSite {
+            site: Site::LmHead,
+            configs: lm_head::CONFIGS,
+            rg: 1,
+            n: c.vocab_size as u32,
+            k: c.hidden_size as u32,
+            split_k: false,
+            placement: decode_placement(Site::LmHead),
+        });
         let mut space = Space::empty();
         for g in &gemvs {
             space.configs.insert(g.site, g.configs);
             let max_splits = if g.split_k { plan::MAX_SPLITS } else { 1 };
-            let start = plan::choose(g.configs, g.rg, m, g.n, g.k, sms, max_splits, Placement::BesideProducer)?;
+            let start = plan::choose(g.configs, g.rg, m, g.n, g.k, sms, max_splits, g.placement)?;
             space.start_configs.insert(g.site, start.config);
             let shapes = g.configs.iter().map(shape).collect::<Result<Vec<_>>>()?;
             // Config candidates: every config with the start's prefetch depth (the
@@ -282,16 +256,16 @@ impl Space {
             )));
         }
         let (h, inter) = (c.hidden_size, c.intermediate_size);
-        let gemm_start = |n: usize| prefill_gemm_config(m, n, sms);
         let [gate_up, down] = mlp_gemm_configs(m, h, inter, sms);
         let mut space = Space::empty();
         let all_configs: Vec<u32> = (0..matmul::CONFIGS.len() as u32).collect();
-        for (site, start, (n, k)) in [
-            (Site::Qkv, gemm_start(dims.qkv_dim()), (dims.qkv_dim(), h)),
-            (Site::OProj, gemm_start(h), (h, dims.q_dim())),
-            (Site::GateUp, gate_up, (2 * inter, h)),
-            (Site::Down, down, (h, inter)),
-        ] {
+        for p in Projection::of_layer(&dims, inter) {
+            let (site, n, k) = (p.site, p.weight_rows(), p.k);
+            let start = match site {
+                Site::GateUp => gate_up,
+                Site::Down => down,
+                _ => prefill_gemm_config(m, n, sms),
+            };
             match gemm.pick(m as u32, n as u32, k as u32) {
                 Picked::Rust => space.add(
                     held,
