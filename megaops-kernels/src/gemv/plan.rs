@@ -317,44 +317,44 @@ pub fn linear(
     )
 }
 
-/// The two projections a decode layer runs as GEMVs: a plain `y = x · wᵀ` and the fused
-/// gate/up + SiLU·mul. Each has a plain, a split-K and an add + RMSNorm-fused kernel.
+/// The two GEMV kernel families: the plain `y = x · wᵀ` and the fused gate/up + SiLU·mul.
+/// Each has a plain, a split-K and an add + RMSNorm-fused kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Projection {
+enum GemvFamily {
     Linear,
     GateUp,
 }
 
-impl Projection {
+impl GemvFamily {
     /// Row groups of the weight: 1, or 2 for `[w_gate; w_up]`.
     fn row_groups(self) -> u32 {
         match self {
-            Projection::Linear => 1,
-            Projection::GateUp => 2,
+            GemvFamily::Linear => 1,
+            GemvFamily::GateUp => 2,
         }
     }
 
     /// The configs of the plain kernel (the split-K kernel shares them).
     fn configs(self) -> &'static [ConfigInfo] {
         match self {
-            Projection::Linear => gemv::CONFIGS,
-            Projection::GateUp => gate_up_silu::CONFIGS,
+            GemvFamily::Linear => gemv::CONFIGS,
+            GemvFamily::GateUp => gate_up_silu::CONFIGS,
         }
     }
 
     /// The configs of the add + RMSNorm-fused kernel.
     fn fused_configs(self) -> &'static [ConfigInfo] {
         match self {
-            Projection::Linear => add_rmsnorm_gemv::CONFIGS,
-            Projection::GateUp => add_rmsnorm_gate_up_silu::CONFIGS,
+            GemvFamily::Linear => add_rmsnorm_gemv::CONFIGS,
+            GemvFamily::GateUp => add_rmsnorm_gate_up_silu::CONFIGS,
         }
     }
 
     /// The name in errors (`linear`, `gate_up`).
     fn name(self) -> &'static str {
         match self {
-            Projection::Linear => "linear",
-            Projection::GateUp => "gate_up",
+            GemvFamily::Linear => "linear",
+            GemvFamily::GateUp => "gate_up",
         }
     }
 
@@ -387,17 +387,17 @@ impl Projection {
                 ws.check(c.splits, rg, m, n, c.shape.bn)?;
                 let (part, tickets) = (&mut ws.ws, &mut ws.counters);
                 match self {
-                    Projection::Linear => {
+                    GemvFamily::Linear => {
                         gemv_splitk::launch_with(on, &opts, x, w, y, part, tickets, m, n, k, c.splits)?
                     }
-                    Projection::GateUp => {
+                    GemvFamily::GateUp => {
                         gate_up_silu_splitk::launch_with(on, &opts, x, w, y, part, tickets, m, n, k, c.splits)?
                     }
                 }
             }
             _ => match self {
-                Projection::Linear => gemv::launch_with(on, &opts, x, w, y, m, n, k)?,
-                Projection::GateUp => gate_up_silu::launch_with(on, &opts, x, w, y, m, n, k)?,
+                GemvFamily::Linear => gemv::launch_with(on, &opts, x, w, y, m, n, k)?,
+                GemvFamily::GateUp => gate_up_silu::launch_with(on, &opts, x, w, y, m, n, k)?,
             },
         }
         Ok(c)
@@ -443,10 +443,10 @@ impl Projection {
             eps,
         } = norm;
         match self {
-            Projection::Linear => {
+            GemvFamily::Linear => {
                 add_rmsnorm_gemv::launch_with(on, &opts, x, res, weight, w, y, res_out, scratch, m, n, k, eps)?
             }
-            Projection::GateUp => {
+            GemvFamily::GateUp => {
                 add_rmsnorm_gate_up_silu::launch_with(on, &opts, x, res, weight, w, y, res_out, scratch, m, n, k, eps)?
             }
         }
@@ -470,7 +470,7 @@ pub fn linear_with(
     k: u32,
     placement: Placement,
 ) -> Result<Choice> {
-    Projection::Linear.launch(on, opts, pick, x, w, y, ws, (m, n, k), placement)
+    GemvFamily::Linear.launch(on, opts, pick, x, w, y, ws, (m, n, k), placement)
 }
 
 /// `h = silu(x · w_gateᵀ) · (x · w_upᵀ)` with `w_gate_up = [w_gate; w_up]` (`[2·inter, k]`),
@@ -519,7 +519,7 @@ pub fn gate_up_with(
     k: u32,
     placement: Placement,
 ) -> Result<Choice> {
-    Projection::GateUp.launch(on, opts, pick, x, w_gate_up, h, ws, (m, inter, k), placement)
+    GemvFamily::GateUp.launch(on, opts, pick, x, w_gate_up, h, ws, (m, inter, k), placement)
 }
 
 /// The residual add and RMSNorm in front of a fused projection ([`linear_add_norm_with`],
@@ -609,7 +609,7 @@ where
     R: AsInput<bf16, R2> + ?Sized,
     O: AsOutput<bf16, R2> + ?Sized,
 {
-    Projection::Linear.launch_add_norm(on, opts, pick, norm, w, y, scratch, (m, n, k), placement)
+    GemvFamily::Linear.launch_add_norm(on, opts, pick, norm, w, y, scratch, (m, n, k), placement)
 }
 
 /// [`linear_add_norm_with`] for the fused gate/up projection ([`add_rmsnorm_gate_up_silu`];
@@ -634,7 +634,7 @@ where
     R: AsInput<bf16, R2> + ?Sized,
     O: AsOutput<bf16, R2> + ?Sized,
 {
-    Projection::GateUp.launch_add_norm(on, opts, pick, norm, w_gate_up, h, scratch, (m, inter, k), placement)
+    GemvFamily::GateUp.launch_add_norm(on, opts, pick, norm, w_gate_up, h, scratch, (m, inter, k), placement)
 }
 
 #[cfg(test)]
