@@ -48,6 +48,7 @@ def at_defaults(r):
         and r.get("rope_fusion", True)
         and r.get("begin_rule", "programmatic") == "programmatic"
         and not r.get("site_overrides")
+        and not r.get("one_chunk_on_lane", False)
     )
 
 

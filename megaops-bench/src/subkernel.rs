@@ -5,15 +5,18 @@
 //!   gate/up and down projections, m = 1024 and 4096): one `cublasLtMatmul` on a stream
 //!   against the subkernel with 1, 2, 4 and 8 row chunks (side streams, memop waits,
 //!   side-stream signals), 4 chunks held by wait kernels, and 1 and 4 chunks signalled by
-//!   the proxy, and 1 and 4 chunks with launches after a subkernel held by a stream wait;
+//!   the proxy, 1 and 4 chunks with launches after a subkernel held by a stream wait, and
+//!   1 chunk on the launch's own stream (`AsyncOptions::one_chunk_on_lane`; at m = 4096
+//!   its 64 data tiles are the proxy's to signal, so it runs on the side streams there);
 //! - **the wrappers' sync cost per chunk**: a subkernel too small to cost anything itself
 //!   (a 256 × 64 × 64 GEMM, held by stream memory operations or by wait kernels; a copy of
 //!   256 × 64 bf16; each signalled by its side streams, and by the proxy), timed at 1 to 16
 //!   chunks; the slope of a least-squares line through those times is the cost of one more
-//!   chunk;
+//!   chunk; two rows with one chunk on the launch's own stream (more chunks there use the
+//!   side streams);
 //! - **the prefill MLP block** (RMSNorm → gate/up → SiLU·mul → down, m = 1024 and 4096) with
 //!   the Rust GEMM and with cuBLASLt subkernels (`PrefillGemm`; 1 and 4 chunks, memop
-//!   waits and wait kernels), each overlapped (an
+//!   waits and wait kernels, stream-wait holds, 1 chunk on the lane), each overlapped (an
 //!   AsyncStream of two streams) and serial (`AsyncStream::serial`, the same kernels with
 //!   kernel barriers), checked against the f64 reference first.
 //!
@@ -64,7 +67,26 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
             ..AsyncOptions::default()
         },
     )?;
+    // The same, with one-chunk subkernels on the launch's own stream (overlapped and
+    // serial).
+    let lane = AsyncStream::with_options(
+        &dev,
+        AsyncOptions {
+            streams: 2,
+            one_chunk_on_lane: Some(true),
+            ..AsyncOptions::default()
+        },
+    )?;
     let serial = AsyncStream::serial(&dev)?;
+    let serial_lane = AsyncStream::with_options(
+        &dev,
+        AsyncOptions {
+            streams: 1,
+            overlap: false,
+            one_chunk_on_lane: Some(true),
+            ..AsyncOptions::default()
+        },
+    )?;
     let replays = if quick { 5 } else { 15 };
     let budget = budget_s(BUDGET_S);
     let shapes = crate::models::shapes(&[
@@ -90,8 +112,10 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
             "4 chunks, proxy signals",
             "1 chunk, stream-wait hold",
             "4 chunks, stream-wait hold",
+            "1 chunk, on the lane",
             "one call / 1 chunk",
             "one call / 4 chunks",
+            "one call / 1 chunk on the lane",
         ],
     );
     'shapes: for shape in &shapes {
@@ -104,7 +128,7 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
                     eprintln!("subkernel suite: over its budget, skipping the remaining GEMMs");
                     break 'shapes;
                 }
-                match gemm_row(&dev, &lt, [&s, &sw], (m, n, k), replays) {
+                match gemm_row(&dev, &lt, [&s, &sw, &lane], (m, n, k), replays) {
                     Ok(t) => {
                         let mut row = vec![
                             shape.name.to_string(),
@@ -115,6 +139,7 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
                         row.extend(t[1..].iter().map(|&x| f3(x)));
                         row.push(format!("{:.3}", t[0] / t[1]));
                         row.push(format!("{:.3}", t[0] / t[3]));
+                        row.push(format!("{:.3}", t[0] / t[t.len() - 1]));
                         chunked.row(row);
                     }
                     Err(e) => eprintln!("subkernel {} {what} m={m}: {e}", shape.name),
@@ -178,6 +203,20 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
             Proxy,
             &sw,
         ),
+        (
+            "cuBLASLt 256 × 64 × 64, memop waits, 1 chunk on the lane",
+            false,
+            StreamMemOps,
+            SideStream,
+            &lane,
+        ),
+        (
+            "copy 256 × 64 bf16, wait kernels, 1 chunk on the lane",
+            true,
+            Kernels,
+            SideStream,
+            &lane,
+        ),
     ] {
         match sync_row(&dev, &lt, on, copy, wrappers, signals, replays) {
             Ok((t, plain)) => {
@@ -222,20 +261,21 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
                 chunks,
                 wrappers,
             };
-            for (name, gemm, on) in [
-                ("rust", PrefillGemm::Rust, &s),
-                ("cublaslt:1", lt_with(1, StreamMemOps), &s),
-                ("cublaslt:4", lt_with(4, StreamMemOps), &s),
-                ("cublaslt:1, wait kernels", lt_with(1, Kernels), &s),
-                ("cublaslt:4, wait kernels", lt_with(4, Kernels), &s),
-                ("cublaslt:1, stream-wait hold", lt_with(1, StreamMemOps), &sw),
-                ("cublaslt:4, stream-wait hold", lt_with(4, StreamMemOps), &sw),
+            for (name, gemm, on, serial) in [
+                ("rust", PrefillGemm::Rust, &s, &serial),
+                ("cublaslt:1", lt_with(1, StreamMemOps), &s, &serial),
+                ("cublaslt:4", lt_with(4, StreamMemOps), &s, &serial),
+                ("cublaslt:1, wait kernels", lt_with(1, Kernels), &s, &serial),
+                ("cublaslt:4, wait kernels", lt_with(4, Kernels), &s, &serial),
+                ("cublaslt:1, stream-wait hold", lt_with(1, StreamMemOps), &sw, &serial),
+                ("cublaslt:4, stream-wait hold", lt_with(4, StreamMemOps), &sw, &serial),
+                ("cublaslt:1, on the lane", lt_with(1, StreamMemOps), &lane, &serial_lane),
             ] {
                 if start.elapsed().as_secs_f64() > budget {
                     eprintln!("subkernel suite: over its budget, skipping the remaining MLP rows");
                     break 'mlp;
                 }
-                match mlp_row(&dev, &block, on, &serial, m, &gemm, replays) {
+                match mlp_row(&dev, &block, on, serial, m, &gemm, replays) {
                     Ok((overlap, ser, err)) => {
                         if name == "rust" {
                             rust_overlap = overlap;
@@ -266,7 +306,7 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
 fn gemm_row(
     dev: &Device,
     lt: &CublasLt,
-    [s, sw]: [&AsyncStream; 2],
+    [s, sw, lane]: [&AsyncStream; 3],
     (m, n, k): (usize, usize, usize),
     replays: usize,
 ) -> Result<Vec<f64>> {
@@ -290,6 +330,7 @@ fn gemm_row(
             (4, Wrappers::StreamMemOps, ChunkSignals::Proxy, s),
             (1, Wrappers::StreamMemOps, ChunkSignals::SideStream, sw),
             (4, Wrappers::StreamMemOps, ChunkSignals::SideStream, sw),
+            (1, Wrappers::StreamMemOps, ChunkSignals::SideStream, lane),
         ])
     {
         let g = GemmChunks {

@@ -312,6 +312,11 @@ pub struct SyncArgs {
     /// `start-event` or `programmatic` (`Device::set_begin_rule`; default: the library's).
     #[arg(long)]
     pub begin_rule: Option<String>,
+    /// Run cuBLASLt and copy subkernels of one chunk that signal their own data tiles
+    /// (`--prefill-gemm auto`, `cublaslt:1`) on the launch's own stream after their proxy,
+    /// instead of on a side stream (`Device::set_one_chunk_on_lane`).
+    #[arg(long)]
+    pub one_chunk_on_lane: bool,
 }
 
 impl SyncArgs {
@@ -325,10 +330,13 @@ impl SyncArgs {
         })
     }
 
-    /// Sets the device's poll spin and begin rule where given.
+    /// Sets the device's poll spin, begin rule and one-chunk subkernel streams where given.
     pub fn apply(&self, device: &megaops::Device) -> megaops::Result<()> {
         if let Some(rule) = &self.begin_rule {
             device.set_begin_rule(megaops::BeginRule::parse(rule)?);
+        }
+        if self.one_chunk_on_lane {
+            device.set_one_chunk_on_lane(true);
         }
         if let Some(ns) = self.poll_spin_ns {
             device.set_poll_spin(std::time::Duration::from_nanos(ns))?;

@@ -266,7 +266,10 @@ fn bench_writes_one_json_row_per_run() {
     for r in &rows {
         assert_eq!(r["norm_fusion"], false, "{r}");
         assert_eq!(r["rope_fusion"], true, "{r}");
-        assert!(r.get("site_overrides").is_none(), "{r}");
+        assert!(
+            r.get("site_overrides").is_none() && r.get("one_chunk_on_lane").is_none(),
+            "{r}"
+        );
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("| short-decode | 2 | eager |"), "{stdout}");
@@ -436,8 +439,10 @@ fn bench_prefills_with_auto_gemms() {
             "1",
             "--prefill-gemm",
             "cublaslt:2,auto:0.01",
+            "--one-chunk-on-lane",
         ],
     );
+    assert!(rows.iter().all(|r| r["one_chunk_on_lane"] == true), "{rows:?}");
     let runs: Vec<String> = rows
         .iter()
         .map(|r| format!("{} {} {}", r["workload"], r["mode"], r["prefill_gemm"]).replace('"', ""))

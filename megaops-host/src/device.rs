@@ -33,6 +33,8 @@ struct DeviceInner {
     poll_spin_ns: AtomicU32,
     /// The [`BeginRule`] of new AsyncStreams ([`BeginRule::index`]).
     begin_rule: AtomicU8,
+    /// Whether new AsyncStreams run one-chunk subkernels on the launch's own stream.
+    one_chunk_on_lane: std::sync::atomic::AtomicBool,
     pub(crate) notes: Mutex<LaunchNotes>,
     /// Registered ticket counters: (allocation, byte offset, bytes).
     tickets: Mutex<Vec<(Weak<Buffer>, usize, usize)>>,
@@ -77,6 +79,7 @@ impl Device {
                 timeout_ns: AtomicU64::new(DEFAULT_WAIT_TIMEOUT.as_nanos() as u64),
                 poll_spin_ns: AtomicU32::new(DEFAULT_POLL_SPIN.as_nanos() as u32),
                 begin_rule: AtomicU8::new(BeginRule::default().index()),
+                one_chunk_on_lane: std::sync::atomic::AtomicBool::new(false),
                 notes: Mutex::new(LaunchNotes::default()),
                 tickets: Mutex::new(Vec::new()),
                 trace: Mutex::new(None),
@@ -200,6 +203,18 @@ impl Device {
     /// Sets [`Device::begin_rule`].
     pub fn set_begin_rule(&self, rule: BeginRule) {
         self.inner.begin_rule.store(rule.index(), Ordering::Relaxed);
+    }
+
+    /// Whether AsyncStreams made from now on whose options say nothing run a subkernel of
+    /// one chunk that signals its own data tiles on the launch's own stream
+    /// ([`AsyncOptions::one_chunk_on_lane`](crate::AsyncOptions)); off by default.
+    pub fn one_chunk_on_lane(&self) -> bool {
+        self.inner.one_chunk_on_lane.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`Device::one_chunk_on_lane`].
+    pub fn set_one_chunk_on_lane(&self, on: bool) {
+        self.inner.one_chunk_on_lane.store(on, Ordering::Relaxed);
     }
 
     pub(crate) fn next_launch_id(&self) -> u32 {

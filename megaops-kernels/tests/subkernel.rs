@@ -62,7 +62,8 @@ struct Chain {
 }
 
 impl Chain {
-    fn check(&self, dev: &Device, lt: &CublasLt, streams: usize, seed: u64) -> Result<()> {
+    /// Runs and checks the chain; returns whether the subkernel used the side streams.
+    fn check(&self, dev: &Device, lt: &CublasLt, streams: usize, seed: u64) -> Result<bool> {
         let (m, k, n1, n2) = (self.m, self.k, self.n1, self.n2);
         let x = random::<bf16>(m * k, 1.0, seed);
         let w1 = random::<bf16>(n1 * k, 1.0, seed ^ 1);
@@ -103,8 +104,15 @@ impl Chain {
             s.synchronize()?;
         }
         let what = format!(
-            "m={m} k={k} n1={n1} n2={n2} {:?} chunks {} align {} {:?} residual {} graph {} streams {streams}",
-            self.chunks.along, self.chunks.chunks, self.chunks.align, self.chunks.signals, self.residual, self.graph
+            "m={m} k={k} n1={n1} n2={n2} {:?} chunks {} align {} {:?} residual {} graph {} streams {streams} \
+             one chunk on the lane {}",
+            self.chunks.along,
+            self.chunks.chunks,
+            self.chunks.align,
+            self.chunks.signals,
+            self.residual,
+            self.graph,
+            dev.one_chunk_on_lane()
         );
         let y_out = y.to_vec()?;
         assert_close(
@@ -127,7 +135,7 @@ impl Chain {
             &reference(&f64s(&z_out), &f64s(&w3), None, m, n1, n2),
             TOL,
         );
-        Ok(())
+        Ok(s.side_streams_used())
     }
 }
 
@@ -183,9 +191,69 @@ fn cublaslt_subkernels_between_megaops_kernels_on_the_cpu_backend() -> Result<()
     Ok(())
 }
 
+/// With [`Device::set_one_chunk_on_lane`], a one-chunk subkernel whose stream signals its
+/// output runs on the launch's own stream after its proxy, eager and captured, between
+/// MegaOps kernels on 1 and 2 streams (cuBLASLt with and without a residual, a copy); one
+/// the proxy signals, and more chunks, still use the side streams.
+#[test]
+fn one_chunk_subkernels_run_on_the_launch_stream_on_the_cpu_backend() -> Result<()> {
+    let seed = fresh_seed("one_chunk_subkernels_run_on_the_launch_stream_on_the_cpu_backend");
+    let dev = cpu_device(seed)?;
+    dev.set_one_chunk_on_lane(true);
+    let lt = CublasLt::new(&dev)?;
+    let (m, k, n1, n2) = (150, 32, 72, 40);
+    let mut j = 0u64;
+    for (chunks, signals, lane) in [
+        (1, ChunkSignals::SideStream, true),
+        (1, ChunkSignals::Proxy, false),
+        (3, ChunkSignals::SideStream, false),
+    ] {
+        for (graph, residual) in [(false, false), (true, true)] {
+            for streams in [1, 2] {
+                let chain = Chain {
+                    m,
+                    k,
+                    n1,
+                    n2,
+                    residual,
+                    chunks: GemmChunks {
+                        chunks,
+                        along: GemmAxis::M,
+                        align: 32,
+                        signals,
+                        ..GemmChunks::default()
+                    },
+                    graph,
+                };
+                j += 1;
+                let side = chain.check(&dev, &lt, streams, seed.wrapping_add(j))?;
+                assert_eq!(
+                    side, !lane,
+                    "{chunks} chunks, {signals:?}, graph {graph}, {streams} streams: side streams used"
+                );
+            }
+        }
+    }
+    assert!(
+        !check_copy(&dev, (130, 32, 48), 1, 16, seed ^ 7)?,
+        "a one-chunk copy on the lane"
+    );
+    assert!(
+        check_copy(&dev, (130, 32, 48), 3, 16, seed ^ 8)?,
+        "three chunks on the side"
+    );
+    check_upload(&dev, (130, 48), 1, 16, seed ^ 9)?;
+    dev.set_one_chunk_on_lane(false);
+    assert!(
+        check_copy(&dev, (130, 32, 48), 1, 16, seed ^ 10)?,
+        "the default: side streams"
+    );
+    Ok(())
+}
+
 /// Producer → copy subkernel → consumer: the copy waits for its rows of `Y` and signals
 /// its rows of `Y2`, which the consumer waits for.
-fn check_copy(dev: &Device, (m, k, n): (usize, usize, usize), chunks: usize, align: usize, seed: u64) -> Result<()> {
+fn check_copy(dev: &Device, (m, k, n): (usize, usize, usize), chunks: usize, align: usize, seed: u64) -> Result<bool> {
     let x = random::<bf16>(m * k, 1.0, seed);
     let w = random::<bf16>(n * k, 1.0, seed ^ 1);
     let w2 = random::<bf16>(n * n, 0.5, seed ^ 2);
@@ -220,7 +288,7 @@ fn check_copy(dev: &Device, (m, k, n): (usize, usize, usize), chunks: usize, ali
         &reference(&f64s(&y_out), &f64s(&w2), None, m, n, n),
         TOL,
     );
-    Ok(())
+    Ok(s.side_streams_used())
 }
 
 /// Page-locked host memory → upload subkernel (host-to-device, chunked) → consumer: the
@@ -423,7 +491,7 @@ fn a_missing_producer_times_out(dev: &Device, timeout: std::time::Duration) -> R
         "{msg}"
     );
     // The device recovers.
-    check_copy(dev, (64, 32, 48), 2, 1, 5)
+    check_copy(dev, (64, 32, 48), 2, 1, 5).map(|_| ())
 }
 
 #[test]
@@ -570,6 +638,32 @@ fn cublaslt_subkernels_on_the_gpu() -> Result<()> {
     for (j, chain) in chains(false).iter().enumerate() {
         chain.check(&dev, &lt, 2, seed.wrapping_add(100 + j as u64))?;
     }
+    // One chunk on the launch's own stream, eager and captured: 512 rows make 16 data
+    // tiles of `Z` (its side stream signals them); 1000 rows make 32 (the proxy does, on
+    // the side streams).
+    dev.set_one_chunk_on_lane(true);
+    for (j, (m, graph, residual)) in [(512, false, false), (512, true, true), (1000, false, true)]
+        .into_iter()
+        .enumerate()
+    {
+        let chain = Chain {
+            m,
+            k: 256,
+            n1: 512,
+            n2: 776,
+            residual,
+            chunks: GemmChunks {
+                chunks: 1,
+                along: GemmAxis::M,
+                align: 32,
+                ..GemmChunks::default()
+            },
+            graph,
+        };
+        let side = chain.check(&dev, &lt, 2, seed.wrapping_add(200 + j as u64))?;
+        assert_eq!(side, m > 512, "one chunk of {m} rows, graph {graph}: side streams used");
+    }
+    dev.set_one_chunk_on_lane(false);
     Ok(())
 }
 
@@ -585,6 +679,19 @@ fn copy_subkernels_on_the_gpu() -> Result<()> {
             check_upload(&dev, (1000, 512), chunks, align, seed.wrapping_add(10 + i as u64))?;
         }
     }
+    // One chunk on the launch's own stream: 256 rows are 16 data tiles of 16 rows (the
+    // copy's stream signals them), 1000 rows are 63 (the proxy does, on the side streams).
+    dev.set_one_chunk_on_lane(true);
+    assert!(
+        !check_copy(&dev, (256, 256, 512), 1, 16, seed ^ 20)?,
+        "256 rows: on the lane"
+    );
+    assert!(
+        check_copy(&dev, (1000, 256, 512), 1, 16, seed ^ 21)?,
+        "1000 rows: side streams"
+    );
+    check_upload(&dev, (256, 512), 1, 16, seed ^ 22)?;
+    dev.set_one_chunk_on_lane(false);
     // One plain copy-engine transfer, the unadapted form.
     let v = random::<bf16>(1000 * 1024, 1.0, seed);
     let src = Tensor::from_slice(&dev, &[1000, 1024], &v)?;

@@ -207,6 +207,10 @@ pub struct BenchRow {
     pub begin_rule: String,
     /// The device's poll spin of tile waits, ns.
     pub poll_spin_ns: u64,
+    /// Whether one-chunk subkernels ran on the launch's own stream
+    /// (`Device::one_chunk_on_lane`; written only when on).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub one_chunk_on_lane: bool,
     /// Site knobs set by hand over the plan (`--site`, as given); empty at the defaults.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub site_overrides: Vec<String>,
@@ -393,6 +397,7 @@ pub fn run(
         rope_fusion: decode_plan.fuse_rope.unwrap_or(true),
         begin_rule: device.begin_rule().name().into(),
         poll_spin_ns: device.poll_spin().as_nanos() as u64,
+        one_chunk_on_lane: device.one_chunk_on_lane(),
         device: device.name(),
         site_overrides: Vec::new(),
     })

@@ -340,13 +340,15 @@ fn prefill_prompts() -> Vec<Vec<u32>> {
 }
 
 /// Generates two tokens of tiny-llama after `prompts` with the prefill's projections on
-/// `gemm`, on `streams` streams (1: serial), against the reference.
-fn check_prefill_gemm_against_reference(prompts: &[Vec<u32>], streams: usize, gemm: GemmBackend) {
+/// `gemm`, on `streams` streams (1: serial), against the reference; with `on_lane`,
+/// one-chunk subkernels run on their launch's own stream (`Device::set_one_chunk_on_lane`).
+fn check_prefill_gemm_against_reference(prompts: &[Vec<u32>], streams: usize, gemm: GemmBackend, on_lane: bool) {
     check_plans_against_reference(
         "tiny-llama",
         prompts.to_vec(),
         2,
         |d| {
+            d.set_one_chunk_on_lane(on_lane);
             if streams == 1 {
                 AsyncStream::serial(d).expect("stream")
             } else {
@@ -361,11 +363,13 @@ fn check_prefill_gemm_against_reference(prompts: &[Vec<u32>], streams: usize, ge
 
 /// The prefill's projections as cuBLASLt subkernels (on the CPU backend: the proxy, the
 /// side streams and the CPU implementation of the GEMM) generate what the reference does,
-/// with chunk counts that do and do not divide the rows, overlapped and serial.
+/// with chunk counts that do and do not divide the rows, overlapped and serial, and with
+/// one chunk on the launch's own stream.
 #[test]
 fn a_cublaslt_prefill_generates_what_the_reference_does() {
-    for (chunks, streams) in [(1, 2), (3, 2), (2, 1)] {
-        check_prefill_gemm_against_reference(&prefill_prompts(), streams, GemmBackend::CublasLt { chunks });
+    for (chunks, streams, on_lane) in [(1, 2, false), (3, 2, false), (2, 1, false), (1, 2, true), (1, 1, true)] {
+        let gemm = GemmBackend::CublasLt { chunks };
+        check_prefill_gemm_against_reference(&prefill_prompts(), streams, gemm, on_lane);
     }
 }
 
@@ -395,8 +399,8 @@ fn an_auto_prefill_mixes_the_backends_and_generates_what_the_reference_does() {
     assert_eq!(picked(2 * inter, h), Picked::CublasLt { chunks: 1 });
     assert_eq!(picked(h, q), Picked::Rust);
     assert_eq!(picked(h, inter), Picked::Rust);
-    for streams in [2, 1] {
-        check_prefill_gemm_against_reference(&prompts, streams, auto);
+    for (streams, on_lane) in [(2, false), (1, false), (2, true)] {
+        check_prefill_gemm_against_reference(&prompts, streams, auto, on_lane);
     }
     let seed = fresh_seed("an_auto_prefill_mixes_the_backends");
     let dev = cpu_device(seed).expect("cpu device");

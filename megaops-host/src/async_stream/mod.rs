@@ -60,6 +60,7 @@ pub struct AsyncStream {
     begin_wait: bool,
     begin_rule: BeginRule,
     subkernel_hold: SubkernelHold,
+    one_chunk_on_lane: bool,
     flag: Tensor<i32>,
     inner: Mutex<Inner>,
     key: TargetKey,
@@ -83,6 +84,12 @@ pub struct AsyncOptions {
     /// How a launch on another stream after a subkernel is held until the subkernel's
     /// chunks are done.
     pub subkernel_hold: SubkernelHold,
+    /// Whether a subkernel of one chunk whose stream signals its data tiles
+    /// (`crate::subkernel::ChunkSignals::SideStream`) runs on the launch's own stream,
+    /// right after its proxy there (stream order lets it go: no go flag, no fork to and
+    /// join from the side streams), instead of on a side stream (`None`: the device's,
+    /// [`Device::one_chunk_on_lane`]). Other subkernels always use the side streams.
+    pub one_chunk_on_lane: Option<bool>,
 }
 
 /// How a launch after a subkernel (`crate::subkernel`; held until every chunk is done) is
@@ -170,6 +177,7 @@ impl Default for AsyncOptions {
             partition_sms: None,
             begin_rule: None,
             subkernel_hold: SubkernelHold::default(),
+            one_chunk_on_lane: None,
         }
     }
 }
@@ -290,10 +298,18 @@ impl AsyncStream {
             begin_wait: opts.begin_wait,
             begin_rule: opts.begin_rule.unwrap_or_else(|| device.begin_rule()),
             subkernel_hold: opts.subkernel_hold,
+            one_chunk_on_lane: opts.one_chunk_on_lane.unwrap_or_else(|| device.one_chunk_on_lane()),
             flag: Tensor::zeros(device, &[1])?,
             inner: Mutex::new(Inner::default()),
             key: TargetKey::fresh(),
         })
+    }
+
+    /// Whether a subkernel has run chunks on the side streams so far (one-chunk
+    /// subkernels on the launch's own stream, [`AsyncOptions::one_chunk_on_lane`], do
+    /// not).
+    pub fn side_streams_used(&self) -> bool {
+        self.side_used.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The SM partition, if the AsyncStream has one.
@@ -584,11 +600,18 @@ impl LaunchTarget for AsyncStream {
         }
         order::order_on(stream, &launch.uses, self.key)?;
         // A subkernel's side work starts after what its proxy had to wait for (and joins
-        // a capture through this event), not after the previous launch's start.
+        // a capture through this event), not after the previous launch's start. A chunk
+        // that runs on the lane itself needs neither.
+        let on_lane = launch
+            .side
+            .as_ref()
+            .is_some_and(|w| self.one_chunk_on_lane && w.fits_lane());
         if let Some(side) = &launch.side {
-            side.prepare(stream, &self.side)?;
+            side.prepare(stream, (!on_lane).then_some(&self.side))?;
         }
-        let fork = launch.side.is_some().then(|| stream.record_marker()).transpose()?;
+        let fork = (launch.side.is_some() && !on_lane)
+            .then(|| stream.record_marker())
+            .transpose()?;
         if let Some(Hold::Stream(token)) = &hold {
             // SAFETY: the begin flag is plain device memory the AsyncStream keeps; the
             // subkernel's side streams (or its proxy) write the token in every case.
@@ -619,6 +642,19 @@ impl LaunchTarget for AsyncStream {
             (launch.launch_on(stream)?, None)
         };
         inner.after_side.retain(|&l| l != s);
+        if let (Some(side), true) = (&launch.side, on_lane) {
+            inner.after_side.push(s);
+            let begin = (!launch.ctx.begin_flag.is_null()).then(|| (self.flag.addr(), launch.ctx.begin_token));
+            // (One chunk signalling its own data tiles raises the begin flag itself.)
+            side.enqueue(stream, None, begin)?;
+            // The operands stay allocated, and plain tensors' later users wait, until the
+            // chunk is done.
+            event = Arc::new(stream.record_marker()?);
+            stream.hold(launch.buffers.clone(), &event);
+            if started.is_some() {
+                started = Some(event.clone());
+            }
+        }
         if let (Some(side), Some(fork)) = (&launch.side, &fork) {
             inner.after_side.push(s);
             self.side_used.store(true, std::sync::atomic::Ordering::Release);
@@ -626,7 +662,7 @@ impl LaunchTarget for AsyncStream {
                 x.wait_event(fork)?;
             }
             let begin = (!launch.ctx.begin_flag.is_null()).then(|| (self.flag.addr(), launch.ctx.begin_token));
-            let raised = side.enqueue(&self.side, begin)?;
+            let raised = side.enqueue(stream, Some(&self.side), begin)?;
             // Joined back: the lane's later work (and a capture's end) comes after the
             // chunks.
             for x in &self.side {

@@ -586,8 +586,8 @@ impl GemmChunk {
 }
 
 impl ChunkOp for GemmChunk {
-    fn prepare(&self, chunks: &[Chunk], side: &[Stream; 2]) -> Result<()> {
-        for s in side {
+    fn prepare(&self, chunks: &[Chunk], streams: &[&Stream]) -> Result<()> {
+        for s in streams {
             self.lt.workspace(s)?;
         }
         for &c in chunks {

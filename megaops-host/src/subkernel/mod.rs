@@ -22,6 +22,11 @@
 //!     chunk's started and done flags, signals the data tiles chunk `c` wrote and raises the
 //!     begin flag after the last chunk.
 //!
+//! - one chunk whose stream signals its data tiles may instead run on the launch's own
+//!   stream, right after its release proxy there (`AsyncOptions::one_chunk_on_lane`, off
+//!   by default): stream order lets it go, so it needs no go flag, no fork to the side
+//!   streams and no join back; the lane writes the begin flag and the signals after it.
+//!
 //! So a subkernel takes `Tiled` inputs and produces `Tiled` outputs like any MegaOps kernel:
 //! its kernel tiling is the chunking (one kernel tile per chunk), from which consumers'
 //! targets are derived; ordering, hazards, delayed release (the proxy's buffers include
@@ -162,9 +167,10 @@ impl Chunking {
 /// operands' addresses; the [`SubkernelLaunch`] that runs them keeps the operands alive and
 /// ordered.
 pub trait ChunkOp: Send + Sync + 'static {
-    /// Enqueues chunk `chunk` on `stream` (a CUDA stream; `lane` is 0 or 1, the side stream
-    /// it is, for per-stream resources such as a workspace). It must read and write only
-    /// what the chunk's part of the launch declared.
+    /// Enqueues chunk `chunk` on `stream` (a CUDA stream: a side stream, `lane` 0 or 1, or
+    /// the launch's own stream, `lane` 0; per-stream resources such as a workspace go by
+    /// the stream). It must read and write only what the chunk's part of the launch
+    /// declared.
     ///
     /// # Safety
     /// The operands captured at bind time are still allocated (the launch keeps them until
@@ -172,12 +178,13 @@ pub trait ChunkOp: Send + Sync + 'static {
     unsafe fn enqueue(&self, chunk: Chunk, lane: usize, stream: &Stream) -> Result<()>;
 
     /// Readies everything the chunks will need before any of them is enqueued (GPU only):
-    /// plans, workspaces on the side streams `side`, and the operation's kernels loaded.
-    /// It runs before the proxy is launched, because loading a kernel (CUDA's lazy
-    /// loading) may synchronise the context, which would wait for ever on a proxy whose
-    /// chunks are not enqueued yet. The default does nothing.
-    fn prepare(&self, chunks: &[Chunk], side: &[Stream; 2]) -> Result<()> {
-        let _ = (chunks, side);
+    /// plans, workspaces on the streams the chunks will run on (`streams`: the two side
+    /// streams, or the launch's own stream), and the operation's kernels loaded. It runs
+    /// before the proxy is launched, because loading a kernel (CUDA's lazy loading) may
+    /// synchronise the context, which would wait for ever on a proxy whose chunks are not
+    /// enqueued yet. The default does nothing.
+    fn prepare(&self, chunks: &[Chunk], streams: &[&Stream]) -> Result<()> {
+        let _ = (chunks, streams);
         Ok(())
     }
 

@@ -1,5 +1,6 @@
-//! A subkernel's work on the side streams: per chunk, the wait for its go flag, the chunk,
-//! the write of its done flag.
+//! A subkernel's chunk work: per chunk on a side stream, the wait for its go flag, the
+//! chunk, the write of its done flag or its data tiles' signals; or one chunk on the
+//! launch's own stream, after its proxy.
 
 use super::{Chunk, ChunkOp, Wrappers};
 use crate::buffer::Buffer;
@@ -10,19 +11,27 @@ use crate::runtime;
 use crate::stream::Stream;
 use std::sync::Arc;
 
-/// Work a launch brings to its AsyncStream's side streams. The AsyncStream calls
-/// [`SideWork::prepare`] before the launch, then the side streams wait for the lane's work
-/// so far, then [`SideWork::enqueue`] runs right after the launch.
+/// Work a launch brings to its AsyncStream's side streams, or to its own stream. The
+/// AsyncStream calls [`SideWork::prepare`] before the launch; then either the side streams
+/// wait for the lane's work so far and [`SideWork::enqueue`] runs on them right after the
+/// launch, or (when [`SideWork::fits_lane`] and the AsyncStream asks for it)
+/// [`SideWork::enqueue`] runs on the lane itself, after the launch in stream order.
 pub(crate) trait SideWork: Send + Sync {
-    /// Readies the work (see [`ChunkOp::prepare`]) and enqueues what must precede it on
-    /// the launch's lane (clearing flags).
-    fn prepare(&self, lane: &Stream, side: &[Stream; 2]) -> Result<()>;
-    /// Enqueues the work on the two side streams. `begin` is the AsyncStream's begin flag
-    /// and this launch's token when the next launch is held until this one began. Returns
-    /// whether the flag is raised once every chunk is done without the AsyncStream (by the
-    /// side streams, or by a proxy that waits for every chunk); otherwise the AsyncStream
-    /// raises it after joining the side streams back.
-    fn enqueue(&self, side: &[Stream; 2], begin: Option<(u64, i32)>) -> Result<bool>;
+    /// Whether the work may run on the launch's own stream: one chunk whose stream signals
+    /// its data tiles (nothing but the proxy before it needs to let it go).
+    fn fits_lane(&self) -> bool;
+    /// Readies the work for the two `side` streams, or for the `lane` alone (`side` is
+    /// `None`; see [`ChunkOp::prepare`]), and enqueues what must precede it on the lane
+    /// (clearing the go flags the side streams wait for).
+    fn prepare(&self, lane: &Stream, side: Option<&[Stream; 2]>) -> Result<()>;
+    /// Enqueues the work: chunk `c` on side stream `c % 2`, after waiting for its go flag;
+    /// or, with `side` `None`, on the `lane` itself, where stream order holds it behind the
+    /// proxy. `begin` is the AsyncStream's begin flag and this launch's token when the next
+    /// launch is held until this one began. Returns whether the flag is raised once every
+    /// chunk is done without the AsyncStream (by the chunks' streams, or by a proxy that
+    /// waits for every chunk); otherwise the AsyncStream raises it after joining the side
+    /// streams back.
+    fn enqueue(&self, lane: &Stream, side: Option<&[Stream; 2]>, begin: Option<(u64, i32)>) -> Result<bool>;
 }
 
 /// The chunks of one subkernel launch.
@@ -74,32 +83,53 @@ impl ChunkedWork {
 }
 
 impl SideWork for ChunkedWork {
-    fn prepare(&self, lane: &Stream, side: &[Stream; 2]) -> Result<()> {
-        if self.device.is_cuda() {
-            self.op.prepare(&self.chunks, side)?;
-        }
-        lane.fill_words(&self.flags, 0, self.flags.len() / 4, 0)
+    fn fits_lane(&self) -> bool {
+        self.chunks.len() == 1 && self.side_signals.is_some()
     }
 
-    fn enqueue(&self, side: &[Stream; 2], begin: Option<(u64, i32)>) -> Result<bool> {
+    fn prepare(&self, lane: &Stream, side: Option<&[Stream; 2]>) -> Result<()> {
+        let streams: Vec<&Stream> = side.map_or(vec![lane], |s| s.iter().collect());
+        if self.device.is_cuda() {
+            self.op.prepare(&self.chunks, &streams)?;
+        }
+        match side {
+            Some(_) => lane.fill_words(&self.flags, 0, self.flags.len() / 4, 0),
+            // On the lane nothing waits for a go flag.
+            None => Ok(()),
+        }
+    }
+
+    fn enqueue(&self, lane: &Stream, side: Option<&[Stream; 2]>, begin: Option<(u64, i32)>) -> Result<bool> {
         let n = self.chunks.len();
         let cuda = self.device.is_cuda();
-        // One chunk: its side stream raises the begin flag right after it, before its
-        // semaphore writes (the next launch's consumers then wait for those, which need no
-        // SM). More chunks: the AsyncStream raises it after joining both side streams.
+        let on_lane = side.is_none();
+        let streams: Vec<&Stream> = side.map_or(vec![lane], |s| s.iter().collect());
+        if on_lane && !self.fits_lane() {
+            return Err(crate::error::Error::Internal(format!(
+                "`{}`: {n} chunks cannot run on the launch's own stream",
+                self.name
+            )));
+        }
+        // One chunk: its stream raises the begin flag right after it, before its semaphore
+        // writes (the next launch's consumers then wait for those, which need no SM). More
+        // chunks: the AsyncStream raises it after joining both side streams.
         let raise = begin.filter(|_| n == 1 && self.side_signals.is_some());
         for c in &self.chunks {
-            let lane = c.index % 2;
-            let s = &side[lane];
+            let lane = c.index % streams.len();
+            let s = streams[lane];
             let (started, done) = (n + c.index, 2 * n + c.index);
-            if cuda && self.wrappers == Wrappers::StreamMemOps {
-                // SAFETY: the flags are plain device memory (the device allocator's
-                // `cuMemAlloc`), kept by the proxy launch, whose CTA `c` sets `go` in every
-                // case (also when its own wait fails).
-                unsafe { s.wait_value(self.flags.addr() + 4 * c.index as u64, 1)? };
-            } else {
-                // The CPU backend has no stream memory operations: a kernel waits there.
-                self.wait_kernel(s, lane, c)?;
+            // On the lane, stream order holds the chunk until the proxy before it there has
+            // seen its inputs ready and ended; on a side stream its go flag does.
+            if !on_lane {
+                if cuda && self.wrappers == Wrappers::StreamMemOps {
+                    // SAFETY: the flags are plain device memory (the device allocator's
+                    // `cuMemAlloc`), kept by the proxy launch, whose CTA `c` sets `go` in
+                    // every case (also when its own wait fails).
+                    unsafe { s.wait_value(self.flags.addr() + 4 * c.index as u64, 1)? };
+                } else {
+                    // The CPU backend has no stream memory operations: a kernel waits there.
+                    self.wait_kernel(s, lane, c)?;
+                }
             }
             // `started` and `done` need no SM (a stream memory operation; a host write on
             // the CPU backend): once the proxy has seen every `started`, nothing of this
@@ -109,7 +139,7 @@ impl SideWork for ChunkedWork {
             }
             if cuda {
                 // SAFETY: the launch keeps every operand the op captured until an event
-                // after the side streams' work (the AsyncStream joins them back first).
+                // after the chunks (on the lane, after the side streams joined back).
                 unsafe { self.op.enqueue(*c, lane, s)? };
             } else {
                 let (op, chunk) = (self.op.clone(), *c);
