@@ -6,7 +6,7 @@
 //! Layout, as a Rust model reads (candle-transformers' `qwen3.rs`): [`config`] (the
 //! `config.json`), [`checkpoint`] (safetensors, memory-mapped), [`presets`] (random
 //! weights with real dimensions), [`layers`] (`Mlp`, `Attention`, `DecoderLayer`),
-//! [`model`] (`Model`, `CausalLm`), [`generate`] (the generation loop), [`bench`] (end-to-end
+//! [`model`] (`Model`, `CausalLm`), [`generate`](mod@generate) (the generation loop), [`bench`](mod@bench) (end-to-end
 //! timing of a workload), [`tune`] (graph-level autotuning of the decode step).
 
 pub mod bench;

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 /// generated launcher computes every `+ - * / %` and `div_ceil` of a shape, tile size,
 /// extent, `block`, `smem` or `check(...)` through it, in the expression's own type (the
 /// type the kernel computes it in), and turns `None` (overflow, or division by zero) into
-/// [`overflow_error`]. Floats never fail.
+/// an error ([`checked_op`]). Floats never fail.
 pub trait CheckedArith: Copy {
     /// `self + rhs`, `None` on overflow.
     fn checked_add(self, rhs: Self) -> Option<Self>;

@@ -54,7 +54,7 @@ pub struct LaunchOptions {
     /// When an AsyncStream releases the next launch (ignored by plain streams).
     pub release_next: ReleaseNext,
     /// Record this launch's kernel tiles in the device's trace log
-    /// ([`Device::start_trace`]); an AsyncStream with tracing on traces every launch.
+    /// ([`Device::start_trace`](crate::Device::start_trace)); an AsyncStream with tracing on traces every launch.
     pub traced: bool,
     /// What the launch computes in the caller's terms, e.g. the model operator whose
     /// kernel it runs (`attn.qkv`): profiles ([`LaunchSpan::site`](crate::LaunchSpan)) and

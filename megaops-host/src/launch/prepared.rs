@@ -32,7 +32,7 @@ pub struct TiledHandle {
     pub(crate) uses: SharedUses,
 }
 
-/// A checked launch, ready for a [`LaunchTarget`].
+/// A checked launch, ready for a [`LaunchTarget`](super::LaunchTarget).
 #[derive(Clone)]
 pub struct PreparedLaunch {
     /// Kernel name.

@@ -5,7 +5,7 @@
 //! is set or its [`AsyncStream`](crate::AsyncStream) has
 //! [`set_tracing`](crate::AsyncStream::set_tracing) on, and the device has a trace log
 //! ([`Device::start_trace`]). Each kernel tile of a traced launch appends one
-//! [`TileTrace`](megaops_device::sync::TileTrace) (start, wait end, end, SM, CTA);
+//! [`TileTrace`] (start, wait end, end, SM, CTA);
 //! [`Device::take_trace`] waits for the device, reads the log into a [`Trace`] that
 //! names every launch (kernel, tile config, stream, tile grid) and empties the log. The
 //! log is written by CUDA graph replays of traced captures as well.

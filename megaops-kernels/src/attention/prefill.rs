@@ -13,7 +13,7 @@
 //! K fragment used for all `MT` row tiles), masks causally near the diagonal, runs the
 //! online softmax in base 2 (quad shuffles for the row max), and accumulates `P·V` with P
 //! converted in registers to A fragments and V read with `ldmatrix.x4.trans`. Shared
-//! tiles are XOR-swizzled by 16-byte chunk ([`swz`]), so neither `ldmatrix` nor the
+//! tiles are XOR-swizzled by 16-byte chunk (`swz`), so neither `ldmatrix` nor the
 //! `cp.async` writes have bank conflicts. A row tile that straddles two sequences runs
 //! once per sequence with the other rows masked.
 

@@ -173,7 +173,7 @@ impl<
 > Tile<BM, BN, BK, STAGES, WARPS_M, WARPS_N, MI, NI, NN>
 {
     /// Stores this CTA's block of `C` (`acc` from [`Tile::mainloop`]) as bf16, rounding to
-    /// nearest even ([`store_c`]). Reuses the pipeline's shared memory, and leaves it free
+    /// nearest even (`store_c`). Reuses the pipeline's shared memory, and leaves it free
     /// (a barrier at the end).
     ///
     /// # Safety

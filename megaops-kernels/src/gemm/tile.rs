@@ -22,7 +22,7 @@
 //!   `L = r * cpr + c` is split into line `L / 8` and slot `L % 8`, and the slot is XORed
 //!   with `line % 8`.
 //!
-//! [`tests`] check conflict-freedom by simulating the bank slots of every access pattern.
+//! Its tests check conflict-freedom by simulating the bank slots of every access pattern.
 
 /// Index (in 16-byte chunks from the tile start) where chunk `chunk` of row `row` of a
 /// row-major tile with `cpr` chunks per row is stored. `cpr` is a power of two ≥ 2 and

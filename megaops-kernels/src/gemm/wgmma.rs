@@ -11,13 +11,13 @@
 //! `BK = 64` (one 128-byte row of k per tile row, the swizzle's width). Warpgroup `w`
 //! computes rows `64w..64w + 64` × all `BN` columns with `m64nBNk16` steps, four per
 //! k-tile; warp `i` of the CTA thus holds rows `16i..16i + 16` of the block, the layout of
-//! the `mma.sync` epilogue ([`super::epilogue::store_c`], one 16-row block per warp).
+//! the `mma.sync` epilogue (`epilogue::store_c`, one 16-row block per warp).
 //!
 //! # Shared memory
 //!
 //! `STAGES` A tiles (`BM × 64`), then `STAGES` B tiles (`BN × 64`), each K-major with the
 //! 128-byte swizzle: [`super::tile::swizzle`] with 8 chunks per row is exactly the
-//! hardware's pattern, so the `cp.async` copies of [`super::pipeline::copy_k_rows`] write
+//! hardware's pattern, so the `cp.async` copies of `pipeline::copy_k_rows` write
 //! what `wgmma` reads. The swizzle is applied by the hardware to absolute addresses, so the
 //! stages start at the first 1024-byte boundary of the dynamic shared memory (the launch
 //! asks for 1024 bytes more, [`WgTile::SMEM_BYTES`]).
@@ -237,7 +237,7 @@ impl<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, con
         }
     }
 
-    /// Starts the copies of W's first k-tiles ([`Self::PREFETCH`]; uncommitted: they join
+    /// Starts the copies of W's first k-tiles (`Self::PREFETCH`; uncommitted: they join
     /// the first commit group, or the first full barrier, of [`WgTile::mainloop`]). Call it
     /// before the wait for A, so the weights stream in while the producer of A finishes
     /// (paper §3.2).
@@ -425,7 +425,7 @@ impl<const BM: usize, const BN: usize, const STAGES: usize, const N8: usize, con
     }
 
     /// Stores this CTA's block of `C` (`acc` from [`WgTile::mainloop`]) as bf16, rounding to
-    /// nearest even ([`store_c`]); reuses the pipeline's shared memory and leaves it free.
+    /// nearest even (`store_c`); reuses the pipeline's shared memory and leaves it free.
     ///
     /// # Safety
     /// All threads of the CTA call it, converged, right after [`WgTile::mainloop`]; `c` is a

@@ -301,7 +301,7 @@ impl<const RG: usize> WarpJob<RG> {
     ///
     /// # Safety
     /// Warp-collective; the ring holds batches 0 and 1 (see [`WarpJob::fill`]); memory as
-    /// for [`WarpJob::load`] and [`WarpJob::mma`].
+    /// for [`WarpJob::load`] and `WarpJob::mma`.
     #[inline(always)]
     pub unsafe fn stream<const U: usize, const NT: usize, const FAST: bool>(
         &self,

@@ -370,7 +370,7 @@ pub unsafe fn gate_up_silu_splitk(
 /// Rows of the normalised input an add + RMSNorm prologue may hold per CTA: the fused
 /// kernels ([`add_rmsnorm_gemv`], [`add_rmsnorm_gate_up_silu`]) are meant for
 /// `m · k ≤ NORM_PROLOGUE_MAX_ELEMS`, where every CTA's copy of the norm costs less than a
-/// kernel boundary (the planner, [`plan::fuse_norm`], applies the bound).
+/// kernel boundary (the planner, [`plan::fuse_add_norm`], applies the bound).
 pub const NORM_PROLOGUE_MAX_ELEMS: u32 = 16 * 1024;
 
 /// [`gemv`] with the decoder layer's residual add and RMSNorm in front:

@@ -182,7 +182,7 @@ pub(crate) fn wide_gemm(m: usize, n: usize, sms: u32) -> bool {
 /// From [`WAVE_RULE_MIN_ROWS`] rows on, one of the two warp-specialised `wgmma` tiles:
 /// 128×256 unless 128×128 fills the last wave of CTAs more than 15 % better (the share of
 /// the SM slots of all waves that hold a tile), since the larger tile does more per byte
-/// loaded. Below, [`gemm_config`] with `wgmma` where [`wide_gemm`] says so.
+/// loaded. Below, [`gemm_config`] with `wgmma` where `wide_gemm` says so.
 pub fn prefill_gemm_config(m: usize, n: usize, sms: u32) -> usize {
     if m < WAVE_RULE_MIN_ROWS {
         return gemm_config(m, n, sms, wide_gemm(m, n, sms));
