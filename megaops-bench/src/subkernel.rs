@@ -6,8 +6,8 @@
 //!   against the subkernel with 1, 2, 4 and 8 row chunks (side streams, memop waits,
 //!   side-stream signals), 4 chunks held by wait kernels, and 1 and 4 chunks signalled by
 //!   the proxy, 1 and 4 chunks with launches after a subkernel held by a stream wait, and
-//!   1 chunk on the launch's own stream (`AsyncOptions::one_chunk_on_lane`; at m = 4096
-//!   its 64 data tiles are the proxy's to signal, so it runs on the side streams there);
+//!   1 chunk on the launch's own stream (`AsyncOptions::one_chunk_on_lane`; its stream
+//!   sets the output's 16 or 64 semaphores by one memset);
 //! - **the wrappers' sync cost per chunk**: a subkernel too small to cost anything itself
 //!   (a 256 × 64 × 64 GEMM, held by stream memory operations or by wait kernels; a copy of
 //!   256 × 64 bf16; each signalled by its side streams, and by the proxy), timed at 1 to 16

@@ -312,9 +312,9 @@ pub struct SyncArgs {
     /// `start-event` or `programmatic` (`Device::set_begin_rule`; default: the library's).
     #[arg(long)]
     pub begin_rule: Option<String>,
-    /// Run cuBLASLt and copy subkernels of one chunk that signal their own data tiles
-    /// (`--prefill-gemm auto`, `cublaslt:1`) on the launch's own stream after their proxy,
-    /// instead of on a side stream (`Device::set_one_chunk_on_lane`).
+    /// Run cuBLASLt and copy subkernels of one chunk (`--prefill-gemm auto`, `cublaslt:1`)
+    /// on the launch's own stream after their proxy, which then sets the output's
+    /// semaphores, instead of on a side stream (`Device::set_one_chunk_on_lane`).
     #[arg(long)]
     pub one_chunk_on_lane: bool,
 }

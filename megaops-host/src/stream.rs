@@ -214,6 +214,24 @@ impl Stream {
         unsafe { self.backend.write_values(writes) }
     }
 
+    /// Enqueues setting the `words` 32-bit words at `addr` to `value` after everything
+    /// before it on this stream (`cuMemsetD32Async`): one operation however many words.
+    /// GPU only: the CPU backend's fill is not atomic, so words that kernels poll there
+    /// go through [`Stream::write_values`].
+    ///
+    /// # Safety
+    /// `addr` is device memory of at least `words` words that stays allocated until the
+    /// operation is done.
+    pub(crate) unsafe fn fill_words_at(&self, addr: u64, value: i32, words: usize) -> Result<()> {
+        if !self.device().is_cuda() {
+            return Err(Error::Internal(
+                "a raw word fill is for GPUs: polled words on the CPU backend take release stores".into(),
+            ));
+        }
+        // SAFETY: forwarded.
+        unsafe { self.backend.fill_words(addr, value, words) }
+    }
+
     /// Enqueues a copy-engine copy of `bytes` bytes from `src` to `dst`.
     ///
     /// # Safety

@@ -193,20 +193,23 @@ fn cublaslt_subkernels_between_megaops_kernels_on_the_cpu_backend() -> Result<()
 
 /// With [`Device::set_one_chunk_on_lane`], a one-chunk subkernel whose stream signals its
 /// output runs on the launch's own stream after its proxy, eager and captured, between
-/// MegaOps kernels on 1 and 2 streams (cuBLASLt with and without a residual, a copy); one
-/// the proxy signals, and more chunks, still use the side streams.
+/// MegaOps kernels on 1 and 2 streams (cuBLASLt with and without a residual, a copy), also
+/// with more data tiles than the side streams signal (its semaphores as one run); one the
+/// proxy signals, and more chunks, still use the side streams.
 #[test]
 fn one_chunk_subkernels_run_on_the_launch_stream_on_the_cpu_backend() -> Result<()> {
     let seed = fresh_seed("one_chunk_subkernels_run_on_the_launch_stream_on_the_cpu_backend");
     let dev = cpu_device(seed)?;
     dev.set_one_chunk_on_lane(true);
     let lt = CublasLt::new(&dev)?;
-    let (m, k, n1, n2) = (150, 32, 72, 40);
+    let (k, n1, n2) = (32, 72, 40);
     let mut j = 0u64;
-    for (chunks, signals, lane) in [
-        (1, ChunkSignals::SideStream, true),
-        (1, ChunkSignals::Proxy, false),
-        (3, ChunkSignals::SideStream, false),
+    // `Z` has data tiles of 32 rows: 5 of them at 150 rows, 19 at 600.
+    for (m, chunks, signals, lane) in [
+        (150, 1, ChunkSignals::SideStream, true),
+        (600, 1, ChunkSignals::SideStream, true),
+        (150, 1, ChunkSignals::Proxy, false),
+        (150, 3, ChunkSignals::SideStream, false),
     ] {
         for (graph, residual) in [(false, false), (true, true)] {
             for streams in [1, 2] {
@@ -229,7 +232,7 @@ fn one_chunk_subkernels_run_on_the_launch_stream_on_the_cpu_backend() -> Result<
                 let side = chain.check(&dev, &lt, streams, seed.wrapping_add(j))?;
                 assert_eq!(
                     side, !lane,
-                    "{chunks} chunks, {signals:?}, graph {graph}, {streams} streams: side streams used"
+                    "{m} rows, {chunks} chunks, {signals:?}, graph {graph}, {streams} streams: side streams used"
                 );
             }
         }
@@ -243,6 +246,12 @@ fn one_chunk_subkernels_run_on_the_launch_stream_on_the_cpu_backend() -> Result<
         "three chunks on the side"
     );
     check_upload(&dev, (130, 48), 1, 16, seed ^ 9)?;
+    // 19 data tiles of 16 rows.
+    assert!(
+        !check_copy(&dev, (300, 32, 48), 1, 16, seed ^ 11)?,
+        "300 rows on the lane"
+    );
+    check_upload(&dev, (300, 48), 1, 16, seed ^ 12)?;
     dev.set_one_chunk_on_lane(false);
     assert!(
         check_copy(&dev, (130, 32, 48), 1, 16, seed ^ 10)?,
@@ -639,8 +648,7 @@ fn cublaslt_subkernels_on_the_gpu() -> Result<()> {
         chain.check(&dev, &lt, 2, seed.wrapping_add(100 + j as u64))?;
     }
     // One chunk on the launch's own stream, eager and captured: 512 rows make 16 data
-    // tiles of `Z` (its side stream signals them); 1000 rows make 32 (the proxy does, on
-    // the side streams).
+    // tiles of `Z`, 1000 rows 32 (its stream sets their semaphores as one run).
     dev.set_one_chunk_on_lane(true);
     for (j, (m, graph, residual)) in [(512, false, false), (512, true, true), (1000, false, true)]
         .into_iter()
@@ -661,7 +669,7 @@ fn cublaslt_subkernels_on_the_gpu() -> Result<()> {
             graph,
         };
         let side = chain.check(&dev, &lt, 2, seed.wrapping_add(200 + j as u64))?;
-        assert_eq!(side, m > 512, "one chunk of {m} rows, graph {graph}: side streams used");
+        assert!(!side, "one chunk of {m} rows, graph {graph}: side streams used");
     }
     dev.set_one_chunk_on_lane(false);
     Ok(())
@@ -679,18 +687,18 @@ fn copy_subkernels_on_the_gpu() -> Result<()> {
             check_upload(&dev, (1000, 512), chunks, align, seed.wrapping_add(10 + i as u64))?;
         }
     }
-    // One chunk on the launch's own stream: 256 rows are 16 data tiles of 16 rows (the
-    // copy's stream signals them), 1000 rows are 63 (the proxy does, on the side streams).
+    // One chunk on the launch's own stream: 256 rows are 16 data tiles of 16 rows, 1000
+    // rows 63 (its stream sets their semaphores as one run).
     dev.set_one_chunk_on_lane(true);
     assert!(
         !check_copy(&dev, (256, 256, 512), 1, 16, seed ^ 20)?,
         "256 rows: on the lane"
     );
     assert!(
-        check_copy(&dev, (1000, 256, 512), 1, 16, seed ^ 21)?,
-        "1000 rows: side streams"
+        !check_copy(&dev, (1000, 256, 512), 1, 16, seed ^ 21)?,
+        "1000 rows: on the lane"
     );
-    check_upload(&dev, (256, 512), 1, 16, seed ^ 22)?;
+    check_upload(&dev, (1000, 512), 1, 16, seed ^ 22)?;
     dev.set_one_chunk_on_lane(false);
     // One plain copy-engine transfer, the unadapted form.
     let v = random::<bf16>(1000 * 1024, 1.0, seed);

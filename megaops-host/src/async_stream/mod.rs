@@ -85,10 +85,11 @@ pub struct AsyncOptions {
     /// chunks are done.
     pub subkernel_hold: SubkernelHold,
     /// Whether a subkernel of one chunk whose stream signals its data tiles
-    /// (`crate::subkernel::ChunkSignals::SideStream`) runs on the launch's own stream,
-    /// right after its proxy there (stream order lets it go: no go flag, no fork to and
-    /// join from the side streams), instead of on a side stream (`None`: the device's,
-    /// [`Device::one_chunk_on_lane`]). Other subkernels always use the side streams.
+    /// (`crate::subkernel::ChunkSignals::SideStream`; runs of consecutive semaphores by
+    /// one memset each) runs on the launch's own stream, right after its proxy there
+    /// (stream order lets it go: no go flag, no fork to and join from the side streams),
+    /// instead of on a side stream (`None`: the device's, [`Device::one_chunk_on_lane`]).
+    /// Other subkernels always use the side streams.
     pub one_chunk_on_lane: Option<bool>,
 }
 
@@ -483,6 +484,10 @@ impl crate::launch::sealed::Sealed for AsyncStream {}
 impl LaunchTarget for AsyncStream {
     fn device(&self) -> &Device {
         &self.device
+    }
+
+    fn one_chunk_on_lane(&self) -> bool {
+        self.one_chunk_on_lane
     }
 
     fn submit(&self, mut launch: PreparedLaunch) -> Result<u32> {

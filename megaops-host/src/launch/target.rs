@@ -14,6 +14,11 @@ pub trait LaunchTarget: sealed::Sealed {
     fn device(&self) -> &Device;
     /// Runs a fully checked launch.
     fn submit(&self, launch: PreparedLaunch) -> Result<u32>;
+    /// Whether a subkernel of one chunk runs on the launch's own stream here
+    /// (`AsyncOptions::one_chunk_on_lane`); a plain `Stream` runs no subkernels.
+    fn one_chunk_on_lane(&self) -> bool {
+        false
+    }
 }
 
 pub(crate) mod sealed {

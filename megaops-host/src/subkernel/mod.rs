@@ -25,7 +25,9 @@
 //! - one chunk whose stream signals its data tiles may instead run on the launch's own
 //!   stream, right after its release proxy there (`AsyncOptions::one_chunk_on_lane`, off
 //!   by default): stream order lets it go, so it needs no go flag, no fork to the side
-//!   streams and no join back; the lane writes the begin flag and the signals after it.
+//!   streams and no join back; the lane writes the begin flag and the signals after it,
+//!   each run of consecutive semaphores by one 32-bit memset, so the chunk may hold more
+//!   than [`MAX_SIDE_SIGNALS`] data tiles (up to that many runs).
 //!
 //! So a subkernel takes `Tiled` inputs and produces `Tiled` outputs like any MegaOps kernel:
 //! its kernel tiling is the chunking (one kernel tile per chunk), from which consumers'
@@ -104,6 +106,18 @@ pub enum ChunkSignals {
     SideStream,
     /// The proxy, which waits for each chunk's done flag on an SM (any chunking).
     Proxy,
+}
+
+/// Consecutive semaphores that a chunk's stream sets to one ready value once the chunk is
+/// done: `words` 32-bit words from `addr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SignalRun {
+    /// Address of the first semaphore.
+    pub addr: u64,
+    /// Semaphores in the run.
+    pub words: usize,
+    /// The ready value each is set to.
+    pub value: i32,
 }
 
 /// One chunk: its index and its elements `start..end` along the chunked dimension.
@@ -210,9 +224,12 @@ pub struct SubkernelLaunch<'a> {
     output: bool,
     wrappers: Wrappers,
     signals: ChunkSignals,
-    /// Per chunk, the `(semaphore address, ready value)` writes that signal its data tiles
-    /// of the output, when its side stream signals them.
-    side_signals: Option<Vec<Vec<(u64, i32)>>>,
+    /// Per chunk, the writes that signal its data tiles of the output (one semaphore
+    /// each), when its side stream signals them.
+    side_signals: Option<Vec<Vec<SignalRun>>>,
+    /// For one chunk on the launch's own stream: its data tiles' semaphores as runs of
+    /// consecutive words (one memset each on a GPU), when there are few enough runs.
+    lane_runs: Option<Vec<SignalRun>>,
 }
 
 impl<'a> SubkernelLaunch<'a> {
@@ -240,6 +257,7 @@ impl<'a> SubkernelLaunch<'a> {
             wrappers,
             signals: ChunkSignals::default(),
             side_signals: None,
+            lane_runs: None,
         })
     }
 
@@ -338,14 +356,20 @@ impl<'a> SubkernelLaunch<'a> {
         }
         let (tile, span) = self.tile(shape, Some(along))?;
         let (addr, sync) = self.launch.output(param, x, shape, &tile, None)?;
-        self.side_signals = match self.signals {
-            ChunkSignals::Proxy => None,
-            ChunkSignals::SideStream if !sync.is_active() => Some(vec![Vec::new(); self.chunking.chunks.len()]),
+        let chunks = self.chunking.chunks.len();
+        (self.side_signals, self.lane_runs) = match self.signals {
+            ChunkSignals::Proxy => (None, None),
+            ChunkSignals::SideStream if !sync.is_active() => (Some(vec![Vec::new(); chunks]), Some(Vec::new())),
             ChunkSignals::SideStream => {
                 let note = self.launch.last_tensor_note().ok_or_else(|| {
                     Error::Internal(format!("`{}`: a synchronised output without its note", self.name))
                 })?;
-                side_signals(&sync, note, &span, self.chunking.chunks.len())
+                let lane = if chunks == 1 {
+                    lane_runs(&sync, note, &span)
+                } else {
+                    None
+                };
+                (side_signals(&sync, note, &span, chunks), lane)
             }
         };
         self.spans.push(span);
@@ -363,7 +387,12 @@ impl<'a> SubkernelLaunch<'a> {
             return Err(Error::launch(self.name, "a subkernel needs an output bound"));
         }
         let n = self.chunking.chunks.len();
-        let side_signals = self.side_signals.take();
+        // One chunk on the launch's own stream signals its data tiles by runs of
+        // semaphores, so also outputs of more than `MAX_SIDE_SIGNALS` data tiles.
+        let side_signals = match self.lane_runs.take() {
+            Some(runs) if n == 1 && target.one_chunk_on_lane() => Some(vec![runs]),
+            _ => self.side_signals.take(),
+        };
         // Go flags; with the proxy signalling, also started and done flags and the count.
         let words = if side_signals.is_some() { n } else { 3 * n + 1 };
         let flags = Tensor::<i32>::empty(&self.device, &[words])?;
@@ -431,7 +460,7 @@ impl<'a> SubkernelLaunch<'a> {
 /// tile's address and ready value. `None` when some data tile has parts in two chunks
 /// (only a count of signals, the proxy's, can tell when such a tile is ready) or a chunk
 /// has more than [`MAX_SIDE_SIGNALS`] data tiles.
-fn side_signals(sync: &TileSync, note: &TensorNote, span: &ChunkSpan, chunks: usize) -> Option<Vec<Vec<(u64, i32)>>> {
+fn side_signals(sync: &TileSync, note: &TensorNote, span: &ChunkSpan, chunks: usize) -> Option<Vec<Vec<SignalRun>>> {
     use megaops_device::sync::tiling::{covered_box, sem_index, target_of};
     let mut dims = [megaops_device::sync::DimTiling::plain(0, 0); megaops_device::sync::MAX_RANK];
     for (d, h) in dims.iter_mut().zip(&note.dims) {
@@ -450,12 +479,53 @@ fn side_signals(sync: &TileSync, note: &TensorNote, span: &ChunkSpan, chunks: us
                     // SAFETY: as above.
                     let producers = unsafe { target_of(&dims, rank, &coords, &ktile, 1) };
                     let idx = sem_index(&dims, rank, &coords) as u64;
-                    (producers == 1).then_some((sync.sema as u64 + 4 * idx, note.ready))
+                    (producers == 1).then_some(SignalRun {
+                        addr: sync.sema as u64 + 4 * idx,
+                        words: 1,
+                        value: note.ready,
+                    })
                 })
                 .collect::<Option<Vec<_>>>()
                 .filter(|w| w.len() <= MAX_SIDE_SIGNALS)
         })
         .collect()
+}
+
+/// The semaphores of every data tile of the one chunk of a subkernel (`span.region(0)`)
+/// as runs of consecutive words, in address order; `None` where a data tile has another
+/// producer or the runs are more than [`MAX_SIDE_SIGNALS`].
+fn lane_runs(sync: &TileSync, note: &TensorNote, span: &ChunkSpan) -> Option<Vec<SignalRun>> {
+    use megaops_device::sync::tiling::{covered_box, sem_index, target_of};
+    let mut dims = [megaops_device::sync::DimTiling::plain(0, 0); megaops_device::sync::MAX_RANK];
+    for (d, h) in dims.iter_mut().zip(&note.dims) {
+        *d = h.as_dim();
+    }
+    let rank = note.dims.len() as u32;
+    let region = span.region(sync, 0);
+    // SAFETY: `dims` points into `note`'s host copy of the bounds, alive here.
+    let tiles = unsafe { covered_box(&dims, rank, &region) };
+    let mut idx = (0..tiles.len())
+        .map(|k| {
+            let coords = tiles.coords(k);
+            // SAFETY: as above.
+            let producers = unsafe { target_of(&dims, rank, &coords, &span.ktile(), 1) };
+            (producers == 1).then_some(sem_index(&dims, rank, &coords) as u64)
+        })
+        .collect::<Option<Vec<_>>>()?;
+    idx.sort_unstable();
+    let mut runs: Vec<SignalRun> = Vec::new();
+    for i in idx {
+        let addr = sync.sema as u64 + 4 * i;
+        match runs.last_mut() {
+            Some(r) if r.addr + 4 * r.words as u64 == addr => r.words += 1,
+            _ => runs.push(SignalRun {
+                addr,
+                words: 1,
+                value: note.ready,
+            }),
+        }
+    }
+    (runs.len() <= MAX_SIDE_SIGNALS).then_some(runs)
 }
 
 /// The proxy's body for `syncs` (its inputs, then its output), as the PTX entry of that
@@ -539,6 +609,24 @@ mod tests {
         ChunkSpan { dim, chunk }
     }
 
+    /// [`side_signals`] as `(address, value)` pairs (every run is one word there).
+    fn side_writes(
+        sync: &TileSync,
+        note: &TensorNote,
+        span: &ChunkSpan,
+        chunks: usize,
+    ) -> Option<Vec<Vec<(u64, i32)>>> {
+        side_signals(sync, note, span, chunks).map(|chunks| {
+            chunks
+                .into_iter()
+                .map(|runs| {
+                    assert!(runs.iter().all(|r| r.words == 1), "{runs:?}");
+                    runs.into_iter().map(|r| (r.addr, r.value)).collect()
+                })
+                .collect()
+        })
+    }
+
     #[test]
     fn side_streams_signal_only_data_tiles_that_lie_in_one_chunk() {
         let ready = 3 * EPOCH_STRIDE;
@@ -550,20 +638,17 @@ mod tests {
         // Rows in tiles of 32 (the last of 4 rows), chunks of 64 rows: tiles 0, 1 | 2, 3.
         let (sync, note) = output(plain(32));
         assert_eq!(
-            side_signals(&sync, &note, &span(0, 64), 2),
+            side_writes(&sync, &note, &span(0, 64), 2),
             Some(vec![
                 vec![(0x1000, ready), (0x1004, ready)],
                 vec![(0x1008, ready), (0x100c, ready)],
             ])
         );
         // One chunk of everything.
-        assert_eq!(
-            side_signals(&sync, &note, &span(0, 100), 1).map(|w| w[0].len()),
-            Some(4)
-        );
+        assert_eq!(side_writes(&sync, &note, &span(0, 100), 1).map(|w| w[0].len()), Some(4));
         // Chunks of 48 rows cut tile 1 in two; column chunks cut every tile.
-        assert_eq!(side_signals(&sync, &note, &span(0, 48), 3), None);
-        assert_eq!(side_signals(&sync, &note, &span(1, 4), 2), None);
+        assert_eq!(side_writes(&sync, &note, &span(0, 48), 3), None);
+        assert_eq!(side_writes(&sync, &note, &span(1, 4), 2), None);
         // Irregular rows 0..10, 10..64, 64..100 with chunks of 64 rows.
         let (sync, note) = output(HostDim {
             size: 100,
@@ -571,16 +656,49 @@ mod tests {
             bounds: vec![0, 10, 64, 100],
         });
         assert_eq!(
-            side_signals(&sync, &note, &span(0, 64), 2),
+            side_writes(&sync, &note, &span(0, 64), 2),
             Some(vec![vec![(0x1000, ready), (0x1004, ready)], vec![(0x1008, ready)]])
         );
-        assert_eq!(side_signals(&sync, &note, &span(0, 32), 4), None);
+        assert_eq!(side_writes(&sync, &note, &span(0, 32), 4), None);
         // Tiles of 4 rows: one chunk would signal 25 of them, chunks of 64 rows 16 and 9.
         let (sync, note) = output(plain(4));
-        assert_eq!(side_signals(&sync, &note, &span(0, 100), 1), None);
+        assert_eq!(side_writes(&sync, &note, &span(0, 100), 1), None);
         assert_eq!(
-            side_signals(&sync, &note, &span(0, 64), 2).map(|w| w.iter().map(Vec::len).collect::<Vec<_>>()),
+            side_writes(&sync, &note, &span(0, 64), 2).map(|w| w.iter().map(Vec::len).collect::<Vec<_>>()),
             Some(vec![MAX_SIDE_SIGNALS, 9])
         );
+    }
+
+    #[test]
+    fn one_chunk_on_its_lane_signals_runs_of_consecutive_semaphores() {
+        let ready = 3 * EPOCH_STRIDE;
+        let run = |addr, words| SignalRun {
+            addr,
+            words,
+            value: ready,
+        };
+        // 25 data tiles of 4 rows: one memset-sized run, where the side streams refuse.
+        let (sync, note) = output(HostDim {
+            size: 100,
+            tile: 4,
+            bounds: Vec::new(),
+        });
+        assert_eq!(side_signals(&sync, &note, &span(0, 100), 1), None);
+        assert_eq!(lane_runs(&sync, &note, &span(0, 100)), Some(vec![run(0x1000, 25)]));
+        // Irregular rows: three tiles, one run.
+        let (sync, note) = output(HostDim {
+            size: 100,
+            tile: 0,
+            bounds: vec![0, 10, 64, 100],
+        });
+        assert_eq!(lane_runs(&sync, &note, &span(0, 100)), Some(vec![run(0x1000, 3)]));
+        // Columns: each data tile spans the whole width, so one chunk of 4 of the 8
+        // columns shares every tile with another chunk.
+        let (sync, note) = output(HostDim {
+            size: 100,
+            tile: 4,
+            bounds: Vec::new(),
+        });
+        assert_eq!(lane_runs(&sync, &note, &span(1, 4)), None);
     }
 }

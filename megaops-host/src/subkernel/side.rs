@@ -2,7 +2,7 @@
 //! chunk, the write of its done flag or its data tiles' signals; or one chunk on the
 //! launch's own stream, after its proxy.
 
-use super::{Chunk, ChunkOp, Wrappers};
+use super::{Chunk, ChunkOp, SignalRun, Wrappers};
 use crate::buffer::Buffer;
 use crate::device::Device;
 use crate::error::Result;
@@ -47,10 +47,10 @@ pub(super) struct ChunkedWork {
     pub flags_id: u32,
     pub note: TensorNote,
     pub wrappers: Wrappers,
-    /// Per chunk, the `(semaphore, ready value)` writes its side stream makes after it to
-    /// signal its data tiles; `None`: the proxy signals (and the flags have started and
-    /// done words).
-    pub side_signals: Option<Vec<Vec<(u64, i32)>>>,
+    /// Per chunk, the semaphore writes its stream makes after it to signal its data tiles
+    /// (runs of more than one word only for one chunk on the launch's own stream); `None`:
+    /// the proxy signals (and the flags have started and done words).
+    pub side_signals: Option<Vec<Vec<SignalRun>>>,
 }
 
 impl ChunkedWork {
@@ -150,13 +150,28 @@ impl SideWork for ChunkedWork {
                 Some(signals) => {
                     // Nothing raised the flag past this token yet: the next token's launch
                     // is held until this write, or comes after the join on the lane.
-                    let writes: Vec<(u64, i32)> = raise.into_iter().chain(signals[c.index].iter().copied()).collect();
+                    // Single semaphores go in the same batch of writes; longer runs are
+                    // one 32-bit memset each after it on a GPU (stream order: after the
+                    // chunk), release stores on the CPU backend.
+                    let runs = &signals[c.index];
+                    let words = |r: &SignalRun| {
+                        let r = *r;
+                        (0..r.words as u64).map(move |i| (r.addr + 4 * i, r.value))
+                    };
+                    let writes: Vec<(u64, i32)> = raise
+                        .into_iter()
+                        .chain(runs.iter().filter(|r| r.words == 1 || !cuda).flat_map(words))
+                        .collect();
                     // SAFETY: the output's semaphores (plain `cuMemAlloc` memory: the
                     // device allocator's) are among the launch's buffers, kept as above,
                     // and the begin flag is the AsyncStream's; each chunk is the only
                     // writer of its data tiles, so its ready value is what all the signals
                     // of a tile would add up to.
                     unsafe { s.write_values(&writes)? }
+                    for r in runs.iter().filter(|r| cuda && r.words > 1) {
+                        // SAFETY: as above: `r.words` semaphores of the output from `r.addr`.
+                        unsafe { s.fill_words_at(r.addr, r.value, r.words)? }
+                    }
                 }
                 None => self.write(s, done, 1)?,
             }
