@@ -607,10 +607,7 @@ impl LaunchTarget for AsyncStream {
         // A subkernel's side work starts after what its proxy had to wait for (and joins
         // a capture through this event), not after the previous launch's start. A chunk
         // that runs on the lane itself needs neither.
-        let on_lane = launch
-            .side
-            .as_ref()
-            .is_some_and(|w| self.one_chunk_on_lane && w.fits_lane());
+        let on_lane = launch.side.as_ref().is_some_and(|w| w.on_lane());
         if let Some(side) = &launch.side {
             side.prepare(stream, (!on_lane).then_some(&self.side))?;
         }

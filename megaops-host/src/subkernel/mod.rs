@@ -389,9 +389,9 @@ impl<'a> SubkernelLaunch<'a> {
         let n = self.chunking.chunks.len();
         // One chunk on the launch's own stream signals its data tiles by runs of
         // semaphores, so also outputs of more than `MAX_SIDE_SIGNALS` data tiles.
-        let side_signals = match self.lane_runs.take() {
-            Some(runs) if n == 1 && target.one_chunk_on_lane() => Some(vec![runs]),
-            _ => self.side_signals.take(),
+        let (side_signals, on_lane) = match self.lane_runs.take() {
+            Some(runs) if n == 1 && target.one_chunk_on_lane() => (Some(vec![runs]), true),
+            _ => (self.side_signals.take(), false),
         };
         // Go flags; with the proxy signalling, also started and done flags and the count.
         let words = if side_signals.is_some() { n } else { 3 * n + 1 };
@@ -443,6 +443,7 @@ impl<'a> SubkernelLaunch<'a> {
             note,
             wrappers: self.wrappers,
             side_signals,
+            on_lane,
         };
         let release = work.side_signals.is_some();
         self.launch.side(Arc::new(work));
@@ -455,12 +456,11 @@ impl<'a> SubkernelLaunch<'a> {
     }
 }
 
-/// Per chunk, the writes that signal its data tiles of the output synchronised by `sync`
-/// (host copy of its tiling in `note`; chunk `c` writes `span.region(c)`): each data
-/// tile's address and ready value. `None` when some data tile has parts in two chunks
-/// (only a count of signals, the proxy's, can tell when such a tile is ready) or a chunk
-/// has more than [`MAX_SIDE_SIGNALS`] data tiles.
-fn side_signals(sync: &TileSync, note: &TensorNote, span: &ChunkSpan, chunks: usize) -> Option<Vec<Vec<SignalRun>>> {
+/// The semaphore addresses of the data tiles chunk `c` of `span` writes of the output
+/// synchronised by `sync` (host copy of its tiling in `note`), or `None` when one of them
+/// has parts in another chunk (only a count of signals, the proxy's, can tell when such a
+/// tile is ready).
+fn chunk_semaphores(sync: &TileSync, note: &TensorNote, span: &ChunkSpan, c: u32) -> Option<Vec<u64>> {
     use megaops_device::sync::tiling::{covered_box, sem_index, target_of};
     let mut dims = [megaops_device::sync::DimTiling::plain(0, 0); megaops_device::sync::MAX_RANK];
     for (d, h) in dims.iter_mut().zip(&note.dims) {
@@ -468,54 +468,45 @@ fn side_signals(sync: &TileSync, note: &TensorNote, span: &ChunkSpan, chunks: us
     }
     let rank = note.dims.len() as u32;
     let ktile = span.ktile();
-    (0..chunks as u32)
-        .map(|c| {
-            let region = span.region(sync, c);
-            // SAFETY: `dims` points into `note`'s host copy of the bounds, alive here.
-            let tiles = unsafe { covered_box(&dims, rank, &region) };
-            (0..tiles.len())
-                .map(|k| {
-                    let coords = tiles.coords(k);
-                    // SAFETY: as above.
-                    let producers = unsafe { target_of(&dims, rank, &coords, &ktile, 1) };
-                    let idx = sem_index(&dims, rank, &coords) as u64;
-                    (producers == 1).then_some(SignalRun {
-                        addr: sync.sema as u64 + 4 * idx,
-                        words: 1,
-                        value: note.ready,
-                    })
-                })
-                .collect::<Option<Vec<_>>>()
-                .filter(|w| w.len() <= MAX_SIDE_SIGNALS)
+    let region = span.region(sync, c);
+    // SAFETY: `dims` points into `note`'s host copy of the bounds, alive here.
+    let tiles = unsafe { covered_box(&dims, rank, &region) };
+    (0..tiles.len())
+        .map(|k| {
+            let coords = tiles.coords(k);
+            // SAFETY: as above.
+            let producers = unsafe { target_of(&dims, rank, &coords, &ktile, 1) };
+            let idx = sem_index(&dims, rank, &coords) as u64;
+            (producers == 1).then_some(sync.sema as u64 + 4 * idx)
         })
         .collect()
 }
 
-/// The semaphores of every data tile of the one chunk of a subkernel (`span.region(0)`)
-/// as runs of consecutive words, in address order; `None` where a data tile has another
-/// producer or the runs are more than [`MAX_SIDE_SIGNALS`].
-fn lane_runs(sync: &TileSync, note: &TensorNote, span: &ChunkSpan) -> Option<Vec<SignalRun>> {
-    use megaops_device::sync::tiling::{covered_box, sem_index, target_of};
-    let mut dims = [megaops_device::sync::DimTiling::plain(0, 0); megaops_device::sync::MAX_RANK];
-    for (d, h) in dims.iter_mut().zip(&note.dims) {
-        *d = h.as_dim();
-    }
-    let rank = note.dims.len() as u32;
-    let region = span.region(sync, 0);
-    // SAFETY: `dims` points into `note`'s host copy of the bounds, alive here.
-    let tiles = unsafe { covered_box(&dims, rank, &region) };
-    let mut idx = (0..tiles.len())
-        .map(|k| {
-            let coords = tiles.coords(k);
-            // SAFETY: as above.
-            let producers = unsafe { target_of(&dims, rank, &coords, &span.ktile(), 1) };
-            (producers == 1).then_some(sem_index(&dims, rank, &coords) as u64)
+/// Per chunk, the writes that signal its data tiles of the output ([`chunk_semaphores`]),
+/// one semaphore each, set to `note.ready`. `None` when a data tile has parts in two
+/// chunks or a chunk has more than [`MAX_SIDE_SIGNALS`] data tiles.
+fn side_signals(sync: &TileSync, note: &TensorNote, span: &ChunkSpan, chunks: usize) -> Option<Vec<Vec<SignalRun>>> {
+    (0..chunks as u32)
+        .map(|c| {
+            let sems = chunk_semaphores(sync, note, span, c)?;
+            let runs = sems.into_iter().map(|addr| SignalRun {
+                addr,
+                words: 1,
+                value: note.ready,
+            });
+            Some(runs.collect::<Vec<_>>()).filter(|w| w.len() <= MAX_SIDE_SIGNALS)
         })
-        .collect::<Option<Vec<_>>>()?;
-    idx.sort_unstable();
+        .collect()
+}
+
+/// The semaphores of every data tile of the one chunk of a subkernel as runs of
+/// consecutive words, in address order; `None` where a data tile has another producer or
+/// the runs are more than [`MAX_SIDE_SIGNALS`].
+fn lane_runs(sync: &TileSync, note: &TensorNote, span: &ChunkSpan) -> Option<Vec<SignalRun>> {
+    let mut sems = chunk_semaphores(sync, note, span, 0)?;
+    sems.sort_unstable();
     let mut runs: Vec<SignalRun> = Vec::new();
-    for i in idx {
-        let addr = sync.sema as u64 + 4 * i;
+    for addr in sems {
         match runs.last_mut() {
             Some(r) if r.addr + 4 * r.words as u64 == addr => r.words += 1,
             _ => runs.push(SignalRun {

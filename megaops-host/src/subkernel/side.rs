@@ -14,12 +14,13 @@ use std::sync::Arc;
 /// Work a launch brings to its AsyncStream's side streams, or to its own stream. The
 /// AsyncStream calls [`SideWork::prepare`] before the launch; then either the side streams
 /// wait for the lane's work so far and [`SideWork::enqueue`] runs on them right after the
-/// launch, or (when [`SideWork::fits_lane`] and the AsyncStream asks for it)
-/// [`SideWork::enqueue`] runs on the lane itself, after the launch in stream order.
+/// launch, or (when [`SideWork::on_lane`]) it runs on the lane itself, after the launch in
+/// stream order.
 pub(crate) trait SideWork: Send + Sync {
-    /// Whether the work may run on the launch's own stream: one chunk whose stream signals
-    /// its data tiles (nothing but the proxy before it needs to let it go).
-    fn fits_lane(&self) -> bool;
+    /// Whether the work runs on the launch's own stream (one chunk whose stream signals its
+    /// data tiles, on a target that asked for it: nothing but the proxy before it needs to
+    /// let it go).
+    fn on_lane(&self) -> bool;
     /// Readies the work for the two `side` streams, or for the `lane` alone (`side` is
     /// `None`; see [`ChunkOp::prepare`]), and enqueues what must precede it on the lane
     /// (clearing the go flags the side streams wait for).
@@ -51,6 +52,8 @@ pub(super) struct ChunkedWork {
     /// (runs of more than one word only for one chunk on the launch's own stream); `None`:
     /// the proxy signals (and the flags have started and done words).
     pub side_signals: Option<Vec<Vec<SignalRun>>>,
+    /// The one chunk runs on the launch's own stream (then `side_signals` is set).
+    pub on_lane: bool,
 }
 
 impl ChunkedWork {
@@ -83,8 +86,8 @@ impl ChunkedWork {
 }
 
 impl SideWork for ChunkedWork {
-    fn fits_lane(&self) -> bool {
-        self.chunks.len() == 1 && self.side_signals.is_some()
+    fn on_lane(&self) -> bool {
+        self.on_lane
     }
 
     fn prepare(&self, lane: &Stream, side: Option<&[Stream; 2]>) -> Result<()> {
@@ -104,10 +107,12 @@ impl SideWork for ChunkedWork {
         let cuda = self.device.is_cuda();
         let on_lane = side.is_none();
         let streams: Vec<&Stream> = side.map_or(vec![lane], |s| s.iter().collect());
-        if on_lane && !self.fits_lane() {
+        if on_lane != self.on_lane {
             return Err(crate::error::Error::Internal(format!(
-                "`{}`: {n} chunks cannot run on the launch's own stream",
-                self.name
+                "`{}`: planned {} the launch's own stream, enqueued {}",
+                self.name,
+                if self.on_lane { "on" } else { "off" },
+                if on_lane { "on it" } else { "off it" }
             )));
         }
         // One chunk: its stream raises the begin flag right after it, before its semaphore
