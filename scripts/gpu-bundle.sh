@@ -10,6 +10,8 @@
 #   BUNDLE_SLIM=1: only the `megaops` command, gpu-run.sh and the Python side, which is
 #   what gpu-run.sh's engine, e2e, trace, sweep, tune and coldstart modes need with TESTS
 #   empty; no test executables are built.
+#   BUNDLE_TESTS="subkernel gemv": only these test executables (and the benchmarks), for
+#   a bundle under the 64 MiB carry limit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pack=${1:-.carry/gpu}
@@ -33,6 +35,11 @@ for line in sys.stdin:
 ' | while IFS=$'\t' read -r name exe; do
       cp "$exe" "$dir/tests/${name}"
     done
+  if [ -n "${BUNDLE_TESTS:-}" ]; then
+    for t in "$dir"/tests/*; do
+      case " $BUNDLE_TESTS " in *" $(basename "$t") "*) ;; *) rm "$t" ;; esac
+    done
+  fi
   cargo build --release -p megaops-bench -p megaops-examples -p megaops-cli --bins
   cp target/release/megaops-bench "$dir/"
   for b in target/release/fig1 target/release/mlp; do [ -f "$b" ] && cp "$b" "$dir/"; done
