@@ -14,11 +14,15 @@ use megaops_kernels::gemv::plan::{self, Placement, SplitWorkspace};
 use megaops_kernels::gemv::{add_rmsnorm_gate_up_silu, add_rmsnorm_gemv, gate_up_silu, gemv};
 
 /// The placement the GEMV planner plans `site`'s decode GEMV for (unless the tuned plan
-/// sets one). Every site today: beside its producer, which is still running when the GEMV
-/// starts under overlap, so unbounded configs (one CTA per SM) that leave the producer
-/// room.
-pub fn decode_placement(_site: Site) -> Placement {
-    Placement::BesideProducer
+/// sets one): the O and down projections as if alone (bounded configs, two CTAs per SM);
+/// the QKV and gate/up projections and the LM head beside their producer, which is still
+/// running when the GEMV starts under overlap (unbounded configs, one CTA per SM, that
+/// leave the producer room).
+pub fn decode_placement(site: Site) -> Placement {
+    match site {
+        Site::OProj | Site::Down => Placement::Alone,
+        _ => Placement::BesideProducer,
+    }
 }
 
 /// One weight projection of a decoder layer: `y = x · wᵀ` with `w` `[row_groups · n, k]`.
