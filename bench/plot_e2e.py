@@ -6,7 +6,7 @@ that `megaops bench --json` and `torch_baseline.py --json` write (bench/e2e.json
 
 Only the rows of one GPU (device: a part of the rows' device name, default "H200") are
 drawn, since ratios hold only within one machine, and only MegaOps rows at the library's
-defaults (`table_e2e.at_defaults`: Rust prefill GEMMs, no norm fusion, ...). One panel per
+defaults of their commit (`table_e2e.at_defaults`). One panel per
 model, one line per mode (the last row of each model, workload, batch and mode wins);
 modes without rows for a model are left out. PyTorch without compile is its captured step
 for the decode workloads and its eager prefill for `prefill`.

@@ -41,7 +41,11 @@ MODES = [
 
 
 def at_defaults(r):
-    """Whether a MegaOps row ran the library's defaults (older rows lack the fields)."""
+    """Whether a MegaOps row ran the library's defaults of its commit: the row's own
+    `at_defaults` where it has one; older rows (defaults: Rust prefill GEMMs, one-chunk
+    subkernels on side streams) by their knob fields, which they may lack."""
+    if "at_defaults" in r:
+        return r["at_defaults"]
     return (
         r.get("prefill_gemm", "rust") == "rust"
         and not r.get("norm_fusion", False)

@@ -57,6 +57,8 @@ fn run_inner(out: Option<&Path>, quick: bool) -> Result<()> {
         }
     };
     let lt = CublasLt::new(&dev)?;
+    // The columns name where one chunk runs: side streams unless they say the lane.
+    dev.set_one_chunk_on_lane(false);
     let s = AsyncStream::new(&dev, 2)?;
     // The same, with launches after a subkernel held by a stream wait, not a wait kernel.
     let sw = AsyncStream::with_options(

@@ -106,11 +106,11 @@ pub struct Generate {
     /// release, tile, chunks, placement).
     #[arg(long = "site", value_name = "SITE:KEY=VALUE,…")]
     pub sites: Vec<SiteOverride>,
-    /// GEMMs of the prefill's projections: `rust` (the kernel library's), `cublaslt`
-    /// (cuBLASLt subkernels, 4 row chunks per GEMM), `cublaslt:<chunks>`, or `auto`
-    /// (per GEMM: one cuBLASLt chunk from 100 GFLOP on, `rust` below; `auto:<GFLOP>` sets
-    /// the threshold; `rust` everywhere where libcublasLt is missing).
-    #[arg(long, default_value = "rust")]
+    /// GEMMs of the prefill's projections: `auto` (per GEMM: one cuBLASLt chunk from 100
+    /// GFLOP on, the kernel library's below; `auto:<GFLOP>` sets the threshold; the
+    /// library's everywhere where libcublasLt is missing), `rust` (the kernel library's),
+    /// `cublaslt` (cuBLASLt subkernels, 4 row chunks per GEMM) or `cublaslt:<chunks>`.
+    #[arg(long, default_value = "auto")]
     pub prefill_gemm: GemmBackend,
     /// Trace the kernel tiles of the prefill and the first decode step: writes
     /// `prefill.json` / `decode.json` (Perfetto), their timeline and per-operator
@@ -218,11 +218,11 @@ pub struct Bench {
     pub sites: Vec<SiteOverride>,
     #[command(flatten)]
     pub sync: SyncArgs,
-    /// GEMMs of the prefills' projections: `rust`, `cublaslt` (4 row chunks per GEMM),
-    /// `cublaslt:<chunks>`, `auto` (per GEMM: cuBLASLt from 100 GFLOP on) or
-    /// `auto:<GFLOP>`. A list (`rust,auto`) times every prefill row on each in turn; the
-    /// decode rows' prefills run on the first.
-    #[arg(long, value_delimiter = ',', default_value = "rust")]
+    /// GEMMs of the prefills' projections: `auto` (per GEMM: cuBLASLt from 100 GFLOP on),
+    /// `auto:<GFLOP>`, `rust`, `cublaslt` (4 row chunks per GEMM) or `cublaslt:<chunks>`.
+    /// A list (`rust,auto`) times every prefill row on each in turn; the decode rows'
+    /// prefills run on the first.
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
     pub prefill_gemm: Vec<GemmBackend>,
     /// Instead of timing the workloads: where one decode step (at the first decode
     /// workload's prompt length) and one prefill (if listed) spend their time, per
@@ -275,9 +275,9 @@ pub struct Tune {
     /// With `--workload prefill`: the GEMMs of the prefill's projections (`rust`,
     /// `cublaslt[:<chunks>]`, whose chunk counts are then tuned instead of `matmul`
     /// configs, or `auto[:<GFLOP>]`, which tunes each projection on the backend its size
-    /// picks; each cached apart from the others' plans).
-    #[arg(long, default_value = "rust")]
-    pub prefill_gemm: GemmBackend,
+    /// picks; each cached apart from the others' plans) [default: auto].
+    #[arg(long)]
+    pub prefill_gemm: Option<GemmBackend>,
     /// Knob families to hold at the planners' values (config, prefetch, padding,
     /// release, split, streams, tiles, chunks); a plan tuned so is not cached. Not with
     /// --ablation, which holds each family in turn.
@@ -313,10 +313,11 @@ pub struct SyncArgs {
     #[arg(long)]
     pub begin_rule: Option<String>,
     /// Run cuBLASLt and copy subkernels of one chunk (`--prefill-gemm auto`, `cublaslt:1`)
-    /// on the launch's own stream after their proxy, which then sets the output's
-    /// semaphores, instead of on a side stream (`Device::set_one_chunk_on_lane`).
+    /// on a side stream, forked from and joined back to the launch's stream, instead of on
+    /// the launch's own stream after their proxy (the default;
+    /// `Device::set_one_chunk_on_lane`).
     #[arg(long)]
-    pub one_chunk_on_lane: bool,
+    pub no_one_chunk_on_lane: bool,
 }
 
 impl SyncArgs {
@@ -330,13 +331,18 @@ impl SyncArgs {
         })
     }
 
+    /// Whether none is given: the device keeps the library's defaults.
+    pub fn is_default(&self) -> bool {
+        self.poll_spin_ns.is_none() && self.begin_rule.is_none() && !self.no_one_chunk_on_lane
+    }
+
     /// Sets the device's poll spin, begin rule and one-chunk subkernel streams where given.
     pub fn apply(&self, device: &megaops::Device) -> megaops::Result<()> {
         if let Some(rule) = &self.begin_rule {
             device.set_begin_rule(megaops::BeginRule::parse(rule)?);
         }
-        if self.one_chunk_on_lane {
-            device.set_one_chunk_on_lane(true);
+        if self.no_one_chunk_on_lane {
+            device.set_one_chunk_on_lane(false);
         }
         if let Some(ns) = self.poll_spin_ns {
             device.set_poll_spin(std::time::Duration::from_nanos(ns))?;

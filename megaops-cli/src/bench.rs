@@ -5,6 +5,7 @@ use crate::args::{Bench, ModelArgs};
 use crate::run::{device, load, open};
 use megaops_models::bench::{self, BenchRow, BenchSpec, Breakdown, Mode, Workload};
 use megaops_models::layers::GemmBackend;
+use megaops_models::tune::StepPlan;
 use megaops_models::{ModelError, Result};
 use std::io::Write;
 
@@ -122,6 +123,13 @@ pub fn run_bench(b: Bench) -> Result<()> {
             };
             let mut plan =
                 crate::tune::cached_plan(&device, &src.full_config, s.batch, s.workload, gemm, b.no_tune_cache)?;
+            let at_defaults = plan == StepPlan::default()
+                && s.prefill_gemm == GemmBackend::default()
+                && !b.norm_fusion
+                && !b.no_rope_fusion
+                && b.sites.is_empty()
+                && b.streams.is_none()
+                && b.sync.is_default();
             if b.norm_fusion {
                 plan.fuse_norms = Some(true);
             }
@@ -134,6 +142,7 @@ pub fn run_bench(b: Bench) -> Result<()> {
             let streams = b.streams.or(plan.streams).unwrap_or(2);
             let mut row = bench::run(&lm, &name, s, streams, &plan, read_gbps)?;
             row.site_overrides = b.sites.iter().map(ToString::to_string).collect();
+            row.at_defaults = at_defaults;
             write_json(&mut json, b.json.as_deref(), &row)?;
             if let (Some(dir), Mode::Overlapped) = (&b.trace, s.mode) {
                 eprintln!("{name}: {} batch {} traced …", s.workload.name(), s.batch);
@@ -216,14 +225,14 @@ fn breakdown_table(d: &Breakdown) -> String {
 /// A Markdown table of one model's rows.
 fn table(model: &str, rows: &[BenchRow]) -> String {
     let opt = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
-    // One backend for every row: named in the heading (unless `rust`); several: in the
-    // mode column of each prefill row.
+    // One backend for every row: named in the heading (unless the default); several: in
+    // the mode column of each prefill row.
     let mixed = rows
         .iter()
         .any(|r| rows.first().is_some_and(|f| f.prefill_gemm != r.prefill_gemm));
     let gemm = rows
         .first()
-        .filter(|r| r.prefill_gemm != "rust" && !mixed)
+        .filter(|r| r.prefill_gemm != GemmBackend::default().name() && !mixed)
         .map(|r| format!(" (prefill GEMMs: {})", r.prefill_gemm))
         .unwrap_or_default();
     let fusion = match (rows.iter().any(|r| r.norm_fusion), rows.iter().any(|r| !r.rope_fusion)) {

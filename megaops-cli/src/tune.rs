@@ -93,7 +93,7 @@ pub fn run_tune(t: Tune) -> Result<()> {
         return show(&path);
     }
     let workload = Workload::parse(&t.workload)?;
-    if workload != Workload::Prefill && t.prefill_gemm != GemmBackend::Rust {
+    if workload != Workload::Prefill && t.prefill_gemm.is_some() {
         return Err(ModelError::Request(
             "--prefill-gemm applies to --workload prefill (a decode step runs GEMV kernels)".into(),
         ));
@@ -162,7 +162,7 @@ pub fn run_tune(t: Tune) -> Result<()> {
             cache.insert(entry(
                 &device,
                 &src.config,
-                (batch, workload, t.prefill_gemm),
+                (batch, workload, t.prefill_gemm.unwrap_or_default()),
                 layers,
                 &tuned,
             ));
@@ -190,7 +190,7 @@ fn tune_one(
     let len = workload.prompt_len();
     if workload == Workload::Prefill {
         // The space of the backend as it runs here (`auto` without libcublasLt is `rust`).
-        let gemm = PrefillGemm::new(lm.lm_head().device(), t.prefill_gemm)?;
+        let gemm = PrefillGemm::new(lm.lm_head().device(), t.prefill_gemm.unwrap_or_default())?;
         let space = Space::prefill_with(lm, batch, len, sms, held, gemm.backend())?;
         let mut timer = PrefillTimer::new(lm, batch, len, t.streams, 2, t.replays.min(5))?.with_gemm(gemm);
         search_with_progress(&mut timer, &space, opts, title)

@@ -267,7 +267,7 @@ fn bench_writes_one_json_row_per_run() {
         assert_eq!(r["norm_fusion"], false, "{r}");
         assert_eq!(r["rope_fusion"], true, "{r}");
         assert!(
-            r.get("site_overrides").is_none() && r.get("one_chunk_on_lane").is_none(),
+            r.get("site_overrides").is_none() && r["one_chunk_on_lane"] == true && r["at_defaults"] == true,
             "{r}"
         );
     }
@@ -439,10 +439,14 @@ fn bench_prefills_with_auto_gemms() {
             "1",
             "--prefill-gemm",
             "cublaslt:2,auto:0.01",
-            "--one-chunk-on-lane",
+            "--no-one-chunk-on-lane",
         ],
     );
-    assert!(rows.iter().all(|r| r["one_chunk_on_lane"] == true), "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|r| r["one_chunk_on_lane"] == false && r["at_defaults"] == false),
+        "{rows:?}"
+    );
     let runs: Vec<String> = rows
         .iter()
         .map(|r| format!("{} {} {}", r["workload"], r["mode"], r["prefill_gemm"]).replace('"', ""))

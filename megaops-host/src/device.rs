@@ -79,7 +79,7 @@ impl Device {
                 timeout_ns: AtomicU64::new(DEFAULT_WAIT_TIMEOUT.as_nanos() as u64),
                 poll_spin_ns: AtomicU32::new(DEFAULT_POLL_SPIN.as_nanos() as u32),
                 begin_rule: AtomicU8::new(BeginRule::default().index()),
-                one_chunk_on_lane: std::sync::atomic::AtomicBool::new(false),
+                one_chunk_on_lane: std::sync::atomic::AtomicBool::new(true),
                 notes: Mutex::new(LaunchNotes::default()),
                 tickets: Mutex::new(Vec::new()),
                 trace: Mutex::new(None),
@@ -207,7 +207,7 @@ impl Device {
 
     /// Whether AsyncStreams made from now on whose options say nothing run a subkernel of
     /// one chunk that signals its own data tiles on the launch's own stream
-    /// ([`AsyncOptions::one_chunk_on_lane`](crate::AsyncOptions)); off by default.
+    /// ([`AsyncOptions::one_chunk_on_lane`](crate::AsyncOptions)); on by default.
     pub fn one_chunk_on_lane(&self) -> bool {
         self.inner.one_chunk_on_lane.load(Ordering::Relaxed)
     }

@@ -177,12 +177,15 @@ fn chains(small: bool) -> Vec<Chain> {
     v
 }
 
-/// The chain on the CPU backend, under two virtual-GPU seeds, with 1 and 2 streams.
+/// The chain on the CPU backend, under two virtual-GPU seeds, with 1 and 2 streams: the
+/// first with the device's default (one-chunk subkernels on the launch's own stream), the
+/// second with every chunk on the side streams.
 #[test]
 fn cublaslt_subkernels_between_megaops_kernels_on_the_cpu_backend() -> Result<()> {
     let seed = fresh_seed("cublaslt_subkernels_between_megaops_kernels_on_the_cpu_backend");
     for (i, vseed) in [seed, seed ^ 0x5eed].into_iter().enumerate() {
         let dev = cpu_device(vseed)?;
+        dev.set_one_chunk_on_lane(i == 0);
         let lt = CublasLt::new(&dev)?;
         for (j, chain) in chains(true).iter().enumerate() {
             chain.check(&dev, &lt, 1 + (i + j) % 2, vseed.wrapping_add(j as u64))?;
@@ -191,16 +194,17 @@ fn cublaslt_subkernels_between_megaops_kernels_on_the_cpu_backend() -> Result<()
     Ok(())
 }
 
-/// With [`Device::set_one_chunk_on_lane`], a one-chunk subkernel whose stream signals its
-/// output runs on the launch's own stream after its proxy, eager and captured, between
+/// By default ([`Device::one_chunk_on_lane`]) a one-chunk subkernel whose stream signals
+/// its output runs on the launch's own stream after its proxy, eager and captured, between
 /// MegaOps kernels on 1 and 2 streams (cuBLASLt with and without a residual, a copy), also
 /// with more data tiles than the side streams signal (its semaphores as one run); one the
-/// proxy signals, and more chunks, still use the side streams.
+/// proxy signals, and more chunks, still use the side streams, as every chunk does with
+/// the switch off.
 #[test]
 fn one_chunk_subkernels_run_on_the_launch_stream_on_the_cpu_backend() -> Result<()> {
     let seed = fresh_seed("one_chunk_subkernels_run_on_the_launch_stream_on_the_cpu_backend");
     let dev = cpu_device(seed)?;
-    dev.set_one_chunk_on_lane(true);
+    assert!(dev.one_chunk_on_lane(), "on by default");
     let lt = CublasLt::new(&dev)?;
     let (k, n1, n2) = (32, 72, 40);
     let mut j = 0u64;
@@ -255,7 +259,7 @@ fn one_chunk_subkernels_run_on_the_launch_stream_on_the_cpu_backend() -> Result<
     dev.set_one_chunk_on_lane(false);
     assert!(
         check_copy(&dev, (130, 32, 48), 1, 16, seed ^ 10)?,
-        "the default: side streams"
+        "switched off: side streams"
     );
     Ok(())
 }
@@ -341,6 +345,8 @@ fn check_upload(dev: &Device, (m, n): (usize, usize), chunks: usize, align: usiz
 fn copy_subkernels_between_megaops_kernels_on_the_cpu_backend() -> Result<()> {
     let seed = fresh_seed("copy_subkernels_between_megaops_kernels_on_the_cpu_backend");
     let dev = cpu_device(seed)?;
+    // Every chunk on the side streams (one on the launch's stream is tested apart).
+    dev.set_one_chunk_on_lane(false);
     // The destinations have data tiles of 16 rows: chunks aligned to 1 row cut them (the
     // proxy signals), aligned to 16 they do not (the side streams signal).
     for (i, chunks) in [1, 3, 7].into_iter().enumerate() {
@@ -638,6 +644,8 @@ fn cublaslt_subkernels_on_the_gpu() -> Result<()> {
     };
     let seed = fresh_seed("cublaslt_subkernels_on_the_gpu");
     let lt = CublasLt::new(&dev)?;
+    // Every chunk on the side streams first; one chunk on the launch's stream below.
+    dev.set_one_chunk_on_lane(false);
     for (i, shape) in [(1024, 1024, 1024), (1000, 1000, 520), (37, 520, 264)]
         .into_iter()
         .enumerate()
@@ -681,6 +689,7 @@ fn copy_subkernels_on_the_gpu() -> Result<()> {
         return Ok(());
     };
     let seed = fresh_seed("copy_subkernels_on_the_gpu");
+    dev.set_one_chunk_on_lane(false);
     for (i, chunks) in [1, 4, 16].into_iter().enumerate() {
         for align in [1, 16] {
             check_copy(&dev, (1000, 256, 512), chunks, align, seed.wrapping_add(i as u64))?;

@@ -138,7 +138,7 @@ impl BenchSpec {
             new_tokens: None,
             prefill_reps: 3,
             seed: 0,
-            prefill_gemm: crate::layers::GemmBackend::Rust,
+            prefill_gemm: crate::layers::GemmBackend::default(),
         }
     }
 
@@ -208,12 +208,15 @@ pub struct BenchRow {
     /// The device's poll spin of tile waits, ns.
     pub poll_spin_ns: u64,
     /// Whether one-chunk subkernels ran on the launch's own stream
-    /// (`Device::one_chunk_on_lane`; written only when on).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    /// (`Device::one_chunk_on_lane`).
     pub one_chunk_on_lane: bool,
     /// Site knobs set by hand over the plan (`--site`, as given); empty at the defaults.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub site_overrides: Vec<String>,
+    /// Whether the row ran the library's defaults: no tuned plan, no knob set by hand,
+    /// the default prefill GEMMs, and the device's default sync settings (the caller
+    /// decides; `false` from [`run`]).
+    pub at_defaults: bool,
 }
 
 /// `n` deterministic pseudo-random values below `below` (xorshift).
@@ -400,6 +403,7 @@ pub fn run(
         one_chunk_on_lane: device.one_chunk_on_lane(),
         device: device.name(),
         site_overrides: Vec::new(),
+        at_defaults: false,
     })
 }
 

@@ -56,7 +56,7 @@ impl Default for GenerateOptions {
             trace: false,
             plan: StepPlan::default(),
             prefill_plan: StepPlan::default(),
-            prefill_gemm: GemmBackend::Rust,
+            prefill_gemm: GemmBackend::default(),
         }
     }
 }

@@ -23,7 +23,7 @@
 //!     begin flag after the last chunk.
 //!
 //! - one chunk whose stream signals its data tiles may instead run on the launch's own
-//!   stream, right after its release proxy there (`AsyncOptions::one_chunk_on_lane`, off
+//!   stream, right after its release proxy there (`AsyncOptions::one_chunk_on_lane`, on
 //!   by default): stream order lets it go, so it needs no go flag, no fork to the side
 //!   streams and no join back; the lane writes the begin flag and the signals after it,
 //!   each run of consecutive semaphores by one 32-bit memset, so the chunk may hold more

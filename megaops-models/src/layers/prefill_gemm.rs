@@ -16,10 +16,9 @@ pub const AUTO_MIN_FLOPS: u64 = 100_000_000_000;
 /// Which GEMMs the prefill path runs, as options carry it (`rust`, `cublaslt:<chunks>`,
 /// `auto`, `auto:<GFLOP>`); [`PrefillGemm::new`] makes the live backend of a device from
 /// it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GemmBackend {
     /// The kernel library's tensor-core `matmul`.
-    #[default]
     Rust,
     /// cuBLASLt subkernels, at most `chunks` row chunks per GEMM.
     CublasLt {
@@ -80,6 +79,13 @@ impl GemmBackend {
                 }
             }
         }
+    }
+}
+
+impl Default for GemmBackend {
+    /// [`GemmBackend::AUTO`].
+    fn default() -> GemmBackend {
+        GemmBackend::AUTO
     }
 }
 
