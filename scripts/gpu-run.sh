@@ -46,6 +46,8 @@
 #   the PTX (MEGAOPS_JIT=1), COLDSTART_ROUNDS rounds (default 1), wall seconds each.
 #   default suites: overlap:50 boundary:30 mlp:25 bandwidth:15 gemv:40 gemm:40 attention:40 sdpa:30
 #   MEGAOPS_BENCH_BUDGET_S (default 25 here) caps the suites that stop adding shapes.
+#   Past KEEP_FILES files (default 6) under $OUT, all but summary.txt and the *.jsonl
+#   rows are packed into $OUT/rest.tgz at the end (the device returns eight files a call).
 set -u
 cd "$(dirname "$0")"
 what=${1:-all}; shift || true
@@ -338,4 +340,10 @@ fi
 grep -a -E "^(test .* FAILED|failures:|---- |thread .* panicked)" "$OUT/tests.log" 2>/dev/null | head -40 >> "$summary"
 echo "== summary"; cat "$summary"
 [ -f "$OUT/results.md" ] && { echo "== results"; cat "$OUT/results.md"; }
+# The device returns at most eight files a call: past KEEP_FILES (default 6) files under
+# $OUT, everything but the summary and the JSON rows at its top goes into $OUT/rest.tgz.
+if [ "$(find "$OUT" -type f | wc -l)" -gt "${KEEP_FILES:-6}" ]; then
+  ( cd "$OUT" && find . -type f \( -path './*/*' -o \( ! -name summary.txt ! -name '*.jsonl' \) \) ! -path ./rest.tgz -print0 \
+      | tar czf rest.tgz --null -T - --remove-files && find . -type d -empty -delete )
+fi
 exit 0
