@@ -283,6 +283,12 @@ mod tests {
     }
 
     #[test]
+    fn the_default_backend_is_auto() {
+        assert_eq!(GemmBackend::default(), GemmBackend::AUTO);
+        assert_eq!(GemmBackend::default().name(), "auto");
+    }
+
+    #[test]
     fn auto_picks_cublaslt_from_its_threshold_on() {
         // Qwen3-8B's gate/up at a 1024-token prefill: 2 · 1024 · 24576 · 4096 ≈ 206 GFLOP.
         assert_eq!(

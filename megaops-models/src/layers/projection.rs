@@ -248,5 +248,20 @@ mod tests {
             (3072, gate_up_silu::CONFIGS.len())
         );
         assert_eq!(Projection::down(1024, 3072).gemv_configs().len(), gemv::CONFIGS.len());
+        // The O and down GEMVs are planned alone, the others beside their producer.
+        let placements: Vec<(Site, Placement)> = Projection::of_layer(&dims, 3072)
+            .iter()
+            .map(|p| (p.site, p.decode_placement()))
+            .collect();
+        assert_eq!(
+            placements,
+            [
+                (Site::Qkv, Placement::BesideProducer),
+                (Site::OProj, Placement::Alone),
+                (Site::GateUp, Placement::BesideProducer),
+                (Site::Down, Placement::Alone),
+            ]
+        );
+        assert_eq!(decode_placement(Site::LmHead), Placement::BesideProducer);
     }
 }
