@@ -29,14 +29,12 @@
 #   overlapped with and without it (BENCH_WORKLOADS, default short-decode; BENCH_BATCHES,
 #   default 1); with TUNED_HF_ARGS, hf_compare.py $TUNED_HF_ARGS --tune-budget-s
 #   ${TUNED_HF_BUDGET_S:-10} (transformers against tuned plans; TUNED_HF_TIMEOUT).
-#   Everything under $OUT is also packed as $OUT/tune-out.tgz.
 #   subkernel: TESTS' GPU tests (default subkernel), the `subkernel` suite
 #   (SUBKERNEL_TIMEOUT), `megaops bench --workloads prefill` of SUBKERNEL_PRESETS (default
 #   qwen3-0.6b llama-3.2-1b) at SUBKERNEL_BATCHES (default 1) overlapped and serial for
 #   each of PREFILL_GEMMS (default "rust cublaslt:4") into $OUT/prefill-<gemm>.jsonl, and
 #   with SUBKERNEL_HF_ARGS, hf_compare.py $SUBKERNEL_HF_ARGS with every generate on
-#   --prefill-gemm=$SUBKERNEL_HF_GEMM (default cublaslt:4); everything packed as
-#   $OUT/subkernel-out.tgz.
+#   --prefill-gemm=$SUBKERNEL_HF_GEMM (default cublaslt:4).
 #   compare: TESTS' GPU tests, then the benchmark suites (arguments, default overlap:50
 #   mlp:25 gemv:40 gemm:40) for each binary of COMPARE_BINS (default "megaops-bench-before
 #   megaops-bench"), binaries interleaved per suite, COMPARE_ROUNDS rounds (default 2),
@@ -290,7 +288,6 @@ if [ "$what" = tune ]; then
     echo "hf_compare (tuned plans): rc=$? at +$(( $(date +%s) - t0 ))s" >> "$summary"
     grep -a -E "PASS|FAIL|OVERALL|tuned plan" "$OUT/hf-tuned.log" | tail -30 >> "$summary"
   fi
-  tar czf "$OUT/../tune-out.tgz" -C "$OUT" . && mv "$OUT/../tune-out.tgz" "$OUT/"
 fi
 if [ "$what" = subkernel ]; then
   TESTS=${TESTS-subkernel} named_gpu_tests "$OUT/subkernel-tests"
@@ -311,7 +308,6 @@ if [ "$what" = subkernel ]; then
     grep -a -E "PASS|FAIL|OVERALL" "$OUT/hf-subkernel.log" | tail -30 >> "$summary"
   fi
   cat "$OUT/bench/results.md" >> "$summary" 2>/dev/null
-  tar czf "$OUT/../subkernel-out.tgz" -C "$OUT" . && mv "$OUT/../subkernel-out.tgz" "$OUT/"
 fi
 if [ "$what" = compare ]; then
   named_gpu_tests "$OUT/tests"
