@@ -14,12 +14,15 @@
 //! `rstd = 1 / sqrt(mean(res_out²) + eps)`, all arithmetic in f32 on the bf16-rounded sum
 //! (the value the residual stream stores, as in Hugging Face's bf16 models).
 //!
-//! Both kernels: one CTA per kernel tile of `BM` rows (processed one after the other by
-//! the whole CTA); any hidden size `h`. When `h` is a multiple of 8 and every pointer is
-//! 16-byte aligned, rows move as 16-byte vectors (`ld.global.cg.v4` for the synchronised
-//! inputs, `ld.global.nc.v4` for the weight) and up to `V · THREADS · 8` elements of a row
-//! stay in registers between the two passes; longer rows re-read their tail from L2, and
-//! other shapes take a scalar path. In-place use is allowed with plain tensors
+//! Both kernels: one CTA per kernel tile of `BM` rows; any hidden size `h`. A tile of fewer
+//! rows than the CTA has warps is processed one row after the other by the whole CTA (a
+//! block-wide sum, two barriers a row); a tile of at least as many rows, by one warp per
+//! row (a butterfly sum, no barrier), each warp's loads of a batch of its row issued
+//! together. When `h` is a multiple of 8 and every pointer is 16-byte aligned, rows move
+//! as 16-byte vectors (`ld.global.cg.v4` for the synchronised inputs, `ld.global.nc.v4`
+//! for the weight) and up to `V · THREADS · 8` (whole CTA) or `V · 256` (one warp)
+//! elements of a row stay in registers between the two passes; longer rows re-read their
+//! tail from L2, and other shapes take a scalar path. In-place use is allowed with plain tensors
 //! (`res_out` may be `res`, `y` may be `x`): every thread reads its elements before it
 //! writes them.
 
@@ -37,6 +40,9 @@ macro_rules! norm_configs {
         #[$($kernel)*]
         #[config(BM = 1, THREADS = 256, V: usize = 4)]
         #[config(BM = 4, THREADS = 256, V: usize = 4)]
+        #[config(BM = 1, THREADS = 32, V: usize = 8)]
+        #[config(BM = 8, THREADS = 256, V: usize = 8)]
+        #[config(BM = 16, THREADS = 256, V: usize = 8)]
         $($item)*
     };
 }
@@ -47,8 +53,9 @@ macro_rules! norm_configs {
 /// Layouts: `x`, `y`: `[m, h]` row-major bf16; `w`: `[h]` bf16 (a weight: read before the
 /// wait for `x`'s data tiles is over, through the read-only path).
 ///
-/// Kernel tile `pid_m`: rows `pid_m·BM ..` of `x` and `y`. Configs: `BM = 1` (decode:
-/// one CTA per token) and `BM = 4` (prefill: fewer, longer CTAs).
+/// Kernel tile `pid_m`: rows `pid_m·BM ..` of `x` and `y`. Configs: the whole CTA on a
+/// row, `BM = 1` (decode: one CTA per token) and `BM = 4` (fewer, longer CTAs); one warp
+/// per row, `BM = 1` with one warp a CTA, and `BM = 8` and `16` with eight.
 ///
 /// # Safety
 /// Pointers valid for the shapes above; `h > 0`.
@@ -63,25 +70,13 @@ macro_rules! norm_configs {
 pub unsafe fn rmsnorm(x: *const bf16, w: *const bf16, y: *mut bf16, m: u32, h: u32, eps: f32) {
     let row0 = pid_m * BM;
     let rows = BM.min(m - row0);
-    let mut r = 0;
-    while r < rows {
-        let off = ((row0 + r) as usize) * (h as usize);
-        // SAFETY: row `row0 + r < m` of `x` and `y` (kernel contract).
-        unsafe {
-            norm_row::<THREADS, V>(
-                Row {
-                    x: x.add(off),
-                    res: core::ptr::null(),
-                    res_out: core::ptr::null_mut(),
-                },
-                w,
-                y.add(off),
-                h,
-                eps,
-            )
-        };
-        r += 1;
-    }
+    let row = |off: usize| Row {
+        x: x.wrapping_add(off),
+        res: core::ptr::null(),
+        res_out: core::ptr::null_mut(),
+    };
+    // SAFETY: rows `row0 .. row0 + rows` (< m) of `x` and `y` (kernel contract).
+    unsafe { norm_rows::<BM, THREADS, V>(row, w, y, row0, rows, h, eps) };
 }
 
 /// The fused residual add and RMSNorm of a decoder layer: `res_out = bf16(x + res)` and
@@ -92,7 +87,7 @@ pub unsafe fn rmsnorm(x: *const bf16, w: *const bf16, y: *mut bf16, m: u32, h: u
 /// stream out), `y`: `[m, h]` row-major bf16; `w`: `[h]` bf16.
 ///
 /// Kernel tile `pid_m`: rows `pid_m·BM ..` of all four tensors; both outputs are signalled
-/// per kernel tile. Configs: `BM = 1` and `BM = 4`, as [`rmsnorm`].
+/// per kernel tile. Configs as [`rmsnorm`]'s.
 ///
 /// # Safety
 /// Pointers valid for the shapes above; `h > 0`.
@@ -118,24 +113,45 @@ pub unsafe fn add_rmsnorm(
 ) {
     let row0 = pid_m * BM;
     let rows = BM.min(m - row0);
-    let mut r = 0;
+    let row = |off: usize| Row {
+        x: x.wrapping_add(off),
+        res: res.wrapping_add(off),
+        res_out: res_out.wrapping_add(off),
+    };
+    // SAFETY: rows `row0 .. row0 + rows` (< m) of every tensor (kernel contract).
+    unsafe { norm_rows::<BM, THREADS, V>(row, w, y, row0, rows, h, eps) };
+}
+
+/// Normalises rows `row0 .. row0 + rows` of `h` elements (`row(off)`: the row pointers at
+/// element offset `off`; `y` the output's base): with the whole CTA one row after the
+/// other ([`norm_row`]) when `BM` is below the CTA's warp count, else with one warp per
+/// row ([`norm_row_warp`]; warp `w` takes rows `w, w + warps, …`), which needs no barrier.
+///
+/// # Safety
+/// The rows are valid for `h` elements each; every thread of the CTA calls it.
+#[inline(always)]
+unsafe fn norm_rows<const BM: u32, const THREADS: u32, const V: usize>(
+    row: impl Fn(usize) -> Row,
+    w: *const bf16,
+    y: *mut bf16,
+    row0: u32,
+    rows: u32,
+    h: u32,
+    eps: f32,
+) {
+    let warps = THREADS / 32;
+    let (mut r, step) = if BM >= warps { (warp_id(), warps) } else { (0, 1) };
     while r < rows {
         let off = ((row0 + r) as usize) * (h as usize);
-        // SAFETY: row `row0 + r < m` of every tensor (kernel contract).
+        // SAFETY: row `row0 + r < m` (caller).
         unsafe {
-            norm_row::<THREADS, V>(
-                Row {
-                    x: x.add(off),
-                    res: res.add(off),
-                    res_out: res_out.add(off),
-                },
-                w,
-                y.add(off),
-                h,
-                eps,
-            )
+            if BM >= warps {
+                norm_row_warp::<V>(row(off), w, y.add(off), h, eps)
+            } else {
+                norm_row::<THREADS, V>(row(off), w, y.add(off), h, eps)
+            }
         };
-        r += 1;
+        r += step;
     }
 }
 
@@ -318,6 +334,156 @@ unsafe fn norm_row_scalar<const THREADS: u32>(row: Row, w: *const bf16, y: *mut 
         // SAFETY: i < h.
         unsafe { y.add(i).write(bf16::from_f32(to_f32(v) * rstd * to_f32(*w.add(i)))) };
         i += step;
+    }
+}
+
+/// Normalises one row of `h` elements with one warp (every lane must call it; no
+/// barrier): on 16-byte vectors (`h % 8 == 0`, aligned pointers) in batches of `V`
+/// vectors a lane, whose `x` and `res` loads are all issued before any sum is formed, so
+/// a batch costs one memory round trip; the first batch's sums stay in registers for the
+/// second pass, later batches re-read theirs (`res_out`, or `x` when not fused). The row
+/// sum is a butterfly (`shfl.sync.bfly`). Other shapes take [`norm_row_scalar_warp`].
+///
+/// Emits `ld.global.cg.v4` (`x`, `res`, the re-reads), `ld.global.nc.v4` (`w`) and
+/// `st.global.v4`.
+///
+/// # Safety
+/// The row pointers are valid for `h` elements; the warp is converged.
+#[inline(always)]
+unsafe fn norm_row_warp<const V: usize>(row: Row, w: *const bf16, y: *mut bf16, h: u32, eps: f32) {
+    let addrs = row.x as usize | row.res as usize | row.res_out as usize | w as usize | y as usize;
+    if !(h.is_multiple_of(8) && addrs.is_multiple_of(16)) {
+        // SAFETY: forwarded.
+        unsafe { norm_row_scalar_warp(row, w, y, h, eps) };
+        return;
+    }
+    let lane = lane_id() as usize;
+    let nvec = (h / 8) as usize;
+    let batch = 32 * V;
+    let mut stash = [[0u32; 4]; V];
+    let mut ss = 0.0f32;
+    let mut base = 0;
+    while base < nvec {
+        let mut a = [[0u32; 4]; V];
+        let mut b = [[0u32; 4]; V];
+        unroll!(V, max 8, |v| {
+            let k = base + 32 * v + lane;
+            if k < nvec {
+                // SAFETY: k < nvec; the inputs were waited for, so `.cg` (L2) loads see
+                // the producer's data.
+                unsafe {
+                    a[v] = ld_global_cg_v4_u32(row.x.add(8 * k).cast());
+                    if row.fused() {
+                        b[v] = ld_global_cg_v4_u32(row.res.add(8 * k).cast());
+                    }
+                }
+            }
+        });
+        unroll!(V, max 8, |v| {
+            let k = base + 32 * v + lane;
+            if k < nvec {
+                let s = if row.fused() {
+                    let (fa, fb) = (unpack8(a[v]), unpack8(b[v]));
+                    let s = pack8(core::array::from_fn(|i| fa[i] + fb[i]));
+                    // SAFETY: k < nvec.
+                    unsafe { st_global_v4_u32(row.res_out.add(8 * k).cast(), s) };
+                    s
+                } else {
+                    a[v]
+                };
+                ss += sum_sq(s);
+                if base == 0 {
+                    stash[v] = s;
+                }
+            }
+        });
+        base += batch;
+    }
+    let rstd = rsqrt(warp_reduce_sum_f32(ss) / h as f32 + eps);
+    let mut base = 0;
+    while base < nvec {
+        let mut s = [[0u32; 4]; V];
+        let mut wv = [[0u32; 4]; V];
+        unroll!(V, max 8, |v| {
+            let k = base + 32 * v + lane;
+            if k < nvec {
+                // SAFETY: k < nvec; `w` is a weight nobody writes meanwhile; `res_out[k]`
+                // was written by this lane in the first pass (program order), and `x[k]`
+                // is read before this lane writes `y[k]` (in-place use).
+                unsafe {
+                    wv[v] = ld_global_nc_v4_u32(w.add(8 * k).cast());
+                    s[v] = if base == 0 {
+                        stash[v]
+                    } else if row.fused() {
+                        ld_global_cg_v4_u32(row.res_out.add(8 * k).cast())
+                    } else {
+                        ld_global_cg_v4_u32(row.x.add(8 * k).cast())
+                    };
+                }
+            }
+        });
+        unroll!(V, max 8, |v| {
+            let k = base + 32 * v + lane;
+            if k < nvec {
+                let (f, wf) = (unpack8(s[v]), unpack8(wv[v]));
+                // SAFETY: k < nvec.
+                unsafe {
+                    st_global_v4_u32(
+                        y.add(8 * k).cast(),
+                        pack8(core::array::from_fn(|i| f[i] * rstd * wf[i])),
+                    )
+                };
+            }
+        });
+        base += batch;
+    }
+}
+
+/// [`norm_row_warp`] one element a lane at a time (any `h`, any alignment).
+///
+/// # Safety
+/// As for [`norm_row_warp`].
+#[inline(always)]
+unsafe fn norm_row_scalar_warp(row: Row, w: *const bf16, y: *mut bf16, h: u32, eps: f32) {
+    let lane = lane_id() as usize;
+    let h = h as usize;
+    let value = |i: usize| -> bf16 {
+        // SAFETY: i < h; volatile loads are not served from a stale L1 line.
+        unsafe {
+            let a = core::ptr::read_volatile(row.x.add(i));
+            if row.fused() {
+                let b = core::ptr::read_volatile(row.res.add(i));
+                bf16::from_f32(to_f32(a) + to_f32(b))
+            } else {
+                a
+            }
+        }
+    };
+    let mut ss = 0.0f32;
+    let mut i = lane;
+    while i < h {
+        let v = value(i);
+        if row.fused() {
+            // SAFETY: i < h.
+            unsafe { row.res_out.add(i).write(v) };
+        }
+        ss += to_f32(v) * to_f32(v);
+        i += 32;
+    }
+    let rstd = rsqrt(warp_reduce_sum_f32(ss) / h as f32 + eps);
+    let mut i = lane;
+    while i < h {
+        // SAFETY: i < h; `res_out[i]` was written by this lane above.
+        let v = unsafe {
+            if row.fused() {
+                core::ptr::read_volatile(row.res_out.add(i))
+            } else {
+                value(i)
+            }
+        };
+        // SAFETY: i < h.
+        unsafe { y.add(i).write(bf16::from_f32(to_f32(v) * rstd * to_f32(*w.add(i)))) };
+        i += 32;
     }
 }
 

@@ -154,6 +154,20 @@ fn add_rmsnorm_on_the_cpu_backend() -> Result<()> {
             check_add_rmsnorm(&dev, &c, false)?;
         }
     }
+    // More rows than a CTA of the warp-per-row configs has warps, and rows of several
+    // register batches (8200 = 1025 vectors: four batches of 256 and a tail), in place too.
+    for config in 0..add_rmsnorm::CONFIGS.len() {
+        for (j, &h) in [1024, 8200, 37].iter().enumerate() {
+            let c = Case {
+                m: 37,
+                h,
+                config,
+                seed: seed.wrapping_add(200 + j as u64),
+            };
+            check_add_rmsnorm(&dev, &c, j == 1)?;
+            check_rmsnorm(&dev, &c)?;
+        }
+    }
     check_add_rmsnorm(
         &dev,
         &Case {
