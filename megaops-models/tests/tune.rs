@@ -4,7 +4,6 @@
 //! prefill's space.
 
 use megaops::testing::{cpu_device, fresh_seed};
-use megaops_kernels::norm::rmsnorm;
 use megaops_models::CausalLm;
 use megaops_models::layers::{GemmBackend, PrefillGemm};
 use megaops_models::presets::{self, RandomWeights};
@@ -169,11 +168,8 @@ fn the_cublaslt_prefill_space_tunes_chunk_counts_and_its_plans_run() {
     assert_eq!(chunk_knobs.len(), 4, "one per projection");
     assert!(chunk_knobs.iter().all(|k| k.start == 4 && k.candidates == [1, 2, 4, 8]));
     assert!(
-        space
-            .knobs
-            .iter()
-            .all(|k| k.family != Family::TileConfig || k.name == "norm.config"),
-        "matmul configs do not apply to cuBLASLt (the norms' config is the one tile config)"
+        space.knobs.iter().all(|k| k.family != Family::TileConfig),
+        "matmul configs do not apply to cuBLASLt"
     );
     let held = Space::prefill_with(&lm, batch, seq, sms, &[Family::Chunks], gemm).expect("space");
     assert!(held.knobs.iter().all(|k| k.family != Family::Chunks));
@@ -220,14 +216,7 @@ fn the_auto_prefill_space_tunes_each_projection_on_its_backend() {
         n
     };
     assert_eq!(names(Family::Chunks), ["attn.qkv.chunks", "mlp.gate_up.chunks"]);
-    assert_eq!(
-        names(Family::TileConfig),
-        ["attn.o.config", "mlp.down.config", "norm.config"]
-    );
-    // The norms' config: every `rmsnorm` config, from the planner's (`BM = 4` above 16 rows).
-    let norm = space.knobs.iter().find(|k| k.name == "norm.config").expect("norm knob");
-    assert_eq!(norm.candidates, (0..rmsnorm::CONFIGS.len() as u32).collect::<Vec<_>>());
-    assert_eq!(rmsnorm::CONSTS[norm.start as usize].BM, 4);
+    assert_eq!(names(Family::TileConfig), ["attn.o.config", "mlp.down.config"]);
     assert!(
         space
             .knobs

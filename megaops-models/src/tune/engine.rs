@@ -10,7 +10,6 @@ use super::search::{self, Assignment, Event, Knob, Outcome, SearchOptions};
 use crate::bench::{median, random_prompts, time_each};
 use crate::error::{ModelError, Result};
 use crate::generate::Session;
-use crate::layers::decoder::norm_config;
 use crate::layers::mlp::{DECODE_COL_TILE, DECODE_MAX_M, mlp_gemm_configs, prefill_gemm_config};
 use crate::layers::{DecodeTiles, GemmBackend, Picked, PrefillGemm, Projection, decode_placement};
 use crate::model::CausalLm;
@@ -20,7 +19,6 @@ use megaops_kernels::attention::decode;
 use megaops_kernels::gemm::matmul;
 use megaops_kernels::gemv::lm_head;
 use megaops_kernels::gemv::plan::{self, ConfigShape, Placement};
-use megaops_kernels::norm::rmsnorm;
 use std::collections::BTreeMap;
 
 /// What a knob of the [`Space`] sets.
@@ -154,7 +152,6 @@ impl Space {
                 );
             }
         }
-        space.add_norm_config(held, m as usize)?;
         // Decode attention's split-KV count around the planner's.
         let s0 = decode::splits_for(m, dims.hkv as u32, max_len as u32, sms);
         let around: Vec<u32> = [s0 / 4, s0 / 2, s0, s0 * 2, s0 * 4]
@@ -288,7 +285,6 @@ impl Space {
                 ),
             }
         }
-        space.add_norm_config(held, m)?;
         let layer_sites: Vec<Site> = Site::ALL.into_iter().filter(|&s| s != Site::LmHead).collect();
         for &site in &layer_sites {
             space.add(
@@ -355,20 +351,6 @@ impl Space {
             group,
         });
         self.bindings.push(binding);
-    }
-
-    /// Adds the tile config of the layers' `rmsnorm` / `add_rmsnorm` launches over `m` rows:
-    /// every config of the kernel, from the planner's.
-    fn add_norm_config(&mut self, held: &[Family], m: usize) -> Result<()> {
-        self.add(
-            held,
-            Binding::Config(Site::Norm),
-            Family::TileConfig,
-            format!("{}.config", Site::Norm.name()),
-            (0..rmsnorm::CONFIGS.len() as u32).collect(),
-            norm_config(m)? as u32,
-        );
-        Ok(())
     }
 
     /// The start assignment (the planners' choices).
