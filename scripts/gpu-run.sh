@@ -242,9 +242,11 @@ import json, sys, collections
 rows = collections.defaultdict(list)
 for l in open(sys.argv[1]):
     r = json.loads(l)
-    rows[(r["model"], r["workload"], r["batch"], r["mode"], r["bin"], r["streams"], r.get("variant", ""))].append(r["step_ms"])
+    # Prefill rows have no step time: their time is the prefill's.
+    ms = r["step_ms"] if r.get("step_ms") is not None else r.get("prefill_ms")
+    rows[(r["model"], r["workload"], r["batch"], r["mode"], r["bin"], r["streams"], r.get("variant", ""))].append(ms)
 for k, v in sorted(rows.items()):
-    print("%-12s %-12s b=%-2d %-10s %-18s s=%d %-14s step_ms %s" % (k + (" ".join("%.4f" % x for x in v),)))
+    print("%-12s %-12s b=%-2d %-10s %-18s s=%d %-22s ms %s" % (k + (" ".join("%.4f" % x for x in v if x is not None),)))
 ' "$OUT/sweep.jsonl" >> "$summary"
 fi
 if [ "$what" = coldstart ]; then
