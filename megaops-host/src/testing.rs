@@ -107,8 +107,18 @@ pub fn assert_close<T: DType>(what: &str, out: &[T], reference: &[f64], tol: f64
             )
         })
         .max_by(|a, b| a.3.total_cmp(&b.3));
+    let unwritten: Vec<usize> = out
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| !o.to_f64().is_finite())
+        .map(|(i, _)| i)
+        .collect();
+    let non_finite = match (unwritten.first(), unwritten.last()) {
+        (Some(first), Some(last)) => format!("; {} not finite, indices {first} to {last}", unwritten.len()),
+        _ => String::new(),
+    };
     panic!(
-        "{what}: relative error {err:.3e} > {tol:.1e} ({} outputs, {} references); worst element {:?} (index, got, expected, |diff|)",
+        "{what}: relative error {err:.3e} > {tol:.1e} ({} outputs, {} references); worst element {:?} (index, got, expected, |diff|){non_finite}",
         out.len(),
         reference.len(),
         worst
@@ -134,6 +144,12 @@ mod tests {
         assert!((rel_error(&[1.0f32, 2.0, 5.0], &r) - 1.0).abs() < 1e-12);
         assert!(rel_error(&[f32::NAN, 2.0, 2.0], &r).is_infinite());
         let v: Vec<bf16> = random(100, 1.0, 7);
+        let r = std::panic::catch_unwind(|| assert_close("t", &[1.0f32, f32::NAN, 2.0, f32::NAN], &[1.0; 4], 1e-3));
+        let msg = r
+            .expect_err("NaN outputs fail")
+            .downcast::<String>()
+            .expect("a formatted message");
+        assert!(msg.ends_with("; 2 not finite, indices 1 to 3"), "{msg}");
         assert_eq!(v, random::<bf16>(100, 1.0, 7));
     }
 }

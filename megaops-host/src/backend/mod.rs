@@ -113,7 +113,8 @@ pub(crate) trait DeviceBackend: Send + Sync {
     unsafe fn release_pinned(&self, addr: u64, capacity: usize);
     /// Bytes of memory the allocator holds (in use or cached).
     fn reserved_bytes(&self) -> usize;
-    /// Copies `src` to device address `dst`, synchronously.
+    /// Copies `src` to device address `dst`, synchronously: the bytes are in device memory
+    /// when it returns, so work queued afterwards on any stream sees them.
     ///
     /// # Safety
     /// `dst .. dst + src.len()` lies inside a live allocation of this backend, and no

@@ -59,6 +59,10 @@ struct LoadedFunction {
 #[derive(Clone, Copy)]
 pub(crate) struct Function(pub sys::CUfunction);
 
+/// `CU_STREAM_LEGACY` of `cuda.h`: the context's legacy default stream, on which the
+/// synchronous copies (`cuMemcpyHtoD`) run.
+const LEGACY_STREAM: sys::CUstream = 0x1 as sys::CUstream;
+
 // SAFETY: CUfunction handles are thread-safe driver handles.
 unsafe impl Send for Function {}
 
@@ -310,6 +314,14 @@ impl DeviceBackend for CudaDevice {
         // SAFETY: the range lies inside a live allocation (the caller's contract).
         unsafe { cudarc::driver::result::memcpy_htod_sync(dst, src) }
             .ctx(|| format!("copying {} bytes to the device", src.len()))?;
+        // `cuMemcpyHtoD` from pageable memory returns once the bytes are staged, while the
+        // DMA into device memory may still run on the legacy stream, and the streams that
+        // launches use are non-blocking (they do not wait for it). Waiting for the legacy
+        // stream (not the whole context, where kernels of other streams may be running)
+        // makes the copy complete before any later launch reads or writes the range.
+        // SAFETY: `CU_STREAM_LEGACY` is a stream handle of every context.
+        unsafe { cudarc::driver::result::stream::synchronize(LEGACY_STREAM) }
+            .ctx(|| format!("completing a copy of {} bytes to the device", src.len()))?;
         Ok(())
     }
 
