@@ -106,6 +106,11 @@ pub struct Generate {
     /// release, tile, chunks, placement).
     #[arg(long = "site", value_name = "SITE:KEY=VALUE,…")]
     pub sites: Vec<SiteOverride>,
+    /// A prefill site's knobs by hand, over the tuned prefill plan's (same syntax as
+    /// `--site`; the GEMM sites' configs are the prefill GEMM's, e.g.
+    /// `mlp.down:config=11` or `norm:config=3`).
+    #[arg(long = "prefill-site", value_name = "SITE:KEY=VALUE,…")]
+    pub prefill_sites: Vec<SiteOverride>,
     /// GEMMs of the prefill's projections: `auto` (per GEMM: one cuBLASLt chunk from 100
     /// GFLOP on, the kernel library's below; `auto:<GFLOP>` sets the threshold; the
     /// library's everywhere where libcublasLt is missing), `rust` (the kernel library's),

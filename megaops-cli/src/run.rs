@@ -193,6 +193,9 @@ fn run_generate(g: Generate) -> Result<()> {
             g.no_tune_cache,
         )?;
     }
+    for &over in &g.prefill_sites {
+        opts.prefill_plan.override_site(over);
+    }
     let streams = g.streams.or(opts.plan.streams).unwrap_or(2);
     g.sync.apply(&device)?;
     let on = if g.no_overlap {

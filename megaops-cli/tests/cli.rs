@@ -42,8 +42,9 @@ fn tokens(v: &serde_json::Value) -> Vec<Vec<u64>> {
     serde_json::from_value(v["tokens"].clone()).expect("a `tokens` list per sequence")
 }
 
-/// The transformers fixture: its greedy tokens for a batch of prompts, reproduced.
-fn check_fixture(name: &str) {
+/// The transformers fixture: its greedy tokens for a batch of prompts, reproduced (with
+/// `extra` arguments to `generate`).
+fn check_fixture(name: &str, extra: &[&str]) {
     let dir = fixture(name);
     let reference: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).expect("reference.json"))
@@ -56,7 +57,7 @@ fn check_fixture(name: &str) {
         .to_string();
     let d = dir.to_str().expect("utf-8 path");
     let p = prompts.to_str().expect("utf-8 path");
-    let out = megaops(&[
+    let mut args = vec![
         "generate",
         "--model",
         d,
@@ -66,7 +67,9 @@ fn check_fixture(name: &str) {
         &new,
         "--ignore-eos",
         "--json",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = megaops(&args);
     let _ = std::fs::remove_file(&prompts);
     let got = stdout_json(&out);
     let want: Vec<Vec<u64>> = serde_json::from_value(reference["tokens"].clone()).expect("reference tokens");
@@ -75,12 +78,35 @@ fn check_fixture(name: &str) {
 
 #[test]
 fn reproduces_the_transformers_qwen3_fixture() {
-    check_fixture("tiny-qwen3");
+    check_fixture("tiny-qwen3", &[]);
 }
 
 #[test]
 fn reproduces_the_transformers_llama_fixture() {
-    check_fixture("tiny-llama");
+    check_fixture("tiny-llama", &[]);
+}
+
+/// `--prefill-site` sets the prefill plan's knobs as `--site` sets the decode step's: the
+/// norms' warp-per-row configs in both still give transformers' tokens, and a config that
+/// does not exist is refused.
+#[test]
+fn generate_takes_prefill_and_decode_site_overrides() {
+    check_fixture(
+        "tiny-qwen3",
+        &["--prefill-site", "norm:config=3", "--site", "norm:config=2"],
+    );
+    fails_with(
+        &[
+            "generate",
+            "--preset",
+            "tiny",
+            "--prompt-ids",
+            "1,2,3",
+            "--prefill-site",
+            "norm:config=99",
+        ],
+        "config 99",
+    );
 }
 
 #[test]
