@@ -174,27 +174,19 @@ unsafe fn rope_tile<const D: u32, const THREADS: u32>(
     let heads = p.hq + 2 * p.hkv;
     let total = rows * heads;
     let per_iter = (THREADS / 32) * vpw;
-    // This lane's 8 elements of item `item` (zeros past the end).
-    let load = |item: u32| -> [u32; 4] {
-        if item < total {
-            let (t, j) = (row0 + item / heads, item % heads);
-            let src = t as usize * (heads * D) as usize + (j * D + 8 * chunk) as usize;
-            // SAFETY: element `src..src+8` of qkv (item < total); the input was waited for.
-            unsafe { ld_global_cg_v4_u32(qkv.add(src).cast()) }
-        } else {
-            [0; 4]
-        }
-    };
-    // Uniform per warp: all lanes run every shuffle; lanes past the end are masked. The
-    // next pass's elements are loaded before this pass's are used (two loads in flight).
+    // Uniform per warp: all lanes run every shuffle; lanes past the end are masked.
     let mut base = warp * vpw;
-    let mut next = load(base + slot_in_warp);
     while base < total {
         let item = base + slot_in_warp;
         let active = item < total;
         let (t, j) = (row0 + item / heads, item % heads);
-        let raw = next;
-        next = load(base + per_iter + slot_in_warp);
+        let src = t as usize * (heads * D) as usize + (j * D + 8 * chunk) as usize;
+        // SAFETY: element `src..src+8` of qkv when active; the input was waited for.
+        let raw = if active {
+            unsafe { ld_global_cg_v4_u32(qkv.add(src).cast()) }
+        } else {
+            [0; 4]
+        };
         let is_q = j < p.hq;
         let is_k = !is_q && j < p.hq + p.hkv;
         let mut x = unpack8(raw);
