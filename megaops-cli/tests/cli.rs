@@ -87,26 +87,33 @@ fn reproduces_the_transformers_llama_fixture() {
 }
 
 /// `--prefill-site` sets the prefill plan's knobs as `--site` sets the decode step's: the
-/// norms' warp-per-row configs in both still give transformers' tokens, and a config that
-/// does not exist is refused.
+/// norms' warp-per-row configs in both still give transformers' tokens, and a norm config
+/// that does not exist is refused before anything runs.
 #[test]
 fn generate_takes_prefill_and_decode_site_overrides() {
     check_fixture(
         "tiny-qwen3",
         &["--prefill-site", "norm:config=3", "--site", "norm:config=2"],
     );
-    fails_with(
-        &[
+    // Checked as the arguments are read (clap's error and hint).
+    for flag in ["--prefill-site", "--site"] {
+        let out = megaops(&[
             "generate",
             "--preset",
             "tiny",
             "--prompt-ids",
             "1,2,3",
-            "--prefill-site",
+            flag,
             "norm:config=99",
-        ],
-        "config 99",
-    );
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success()
+                && stderr.starts_with("error: invalid value")
+                && stderr.contains("the norms' configs are 0 to 4"),
+            "{flag}: {stderr}"
+        );
+    }
 }
 
 #[test]

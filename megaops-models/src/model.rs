@@ -11,7 +11,7 @@ use crate::config::{Architecture, Config};
 use crate::error::{ModelError, Result};
 use crate::layers::attention::{Attention, AttentionDims, AttentionKind, KvCache, Positions};
 use crate::layers::config_where;
-use crate::layers::decoder::{DecoderLayer, LayerActivations, norm_config, row_tile};
+use crate::layers::decoder::{DecoderLayer, LayerActivations, row_tile};
 use crate::layers::layout::PassLayout;
 use crate::layers::mlp::{DECODE_MAX_M, Mlp, MlpConfig};
 use crate::layers::prefill_gemm::PrefillGemm;
@@ -200,7 +200,7 @@ impl Model {
         pass.res_f.rearm();
         add_rmsnorm::launch_with(
             on,
-            &LaunchOptions::config(norm_config(pass.m)?),
+            &LaunchOptions::config(last.norm_config()?),
             last.output(),
             last.residual(),
             &self.norm,

@@ -73,7 +73,7 @@ impl DecoderLayer {
     ) -> Result<()> {
         let m = acts.m as u32;
         let h = self.mlp.config().hidden as u32;
-        let opts = acts.norm.apply(Site::Norm, LaunchOptions::config(norm_config(acts.m)?));
+        let opts = acts.norm.apply(Site::Norm, LaunchOptions::config(acts.norm_config()?));
         let res = match residual {
             Some(res) => {
                 let norm = AddNormInput {
@@ -112,6 +112,12 @@ impl DecoderLayer {
 pub(crate) fn norm_config(m: usize) -> megaops::Result<usize> {
     let bm = if m <= DECODE_MAX_M { 1 } else { 4 };
     super::config_where("rmsnorm", rmsnorm::CONSTS, &format!("BM = {bm}"), |c| c.BM == bm)
+}
+
+/// The norms' config for `m` rows under `choice`: its config where it sets one, else
+/// [`norm_config`].
+fn chosen_norm_config(choice: &SiteChoice, m: usize) -> megaops::Result<usize> {
+    choice.config.map_or_else(|| norm_config(m), Ok)
 }
 
 /// The rows per data tile of the row-tiled tensors of a pass of `m` rows.
@@ -160,6 +166,13 @@ impl LayerActivations {
             mlp: MlpActivations::with_col_tile(device, mlp, m, layout.tiles.act)?,
             norm: SiteChoice::default(),
         })
+    }
+
+    /// The `rmsnorm` / `add_rmsnorm` config of this pass: the plan's `norm` choice where it
+    /// sets one (a launch refuses one that does not exist), else the planner's
+    /// ([`norm_config`]).
+    pub(crate) fn norm_config(&self) -> megaops::Result<usize> {
+        chosen_norm_config(&self.norm, self.m)
     }
 
     /// Applies a tuned plan's choices to every kernel of the layer.
@@ -217,5 +230,24 @@ impl LayerActivations {
     /// The MLP block's tensors.
     pub fn mlp(&self) -> &MlpActivations {
         &self.mlp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_norm_site_config_overrides_the_planner() -> megaops::Result<()> {
+        let planner = norm_config(1)?;
+        assert_eq!(chosen_norm_config(&SiteChoice::default(), 1)?, planner);
+        assert_ne!(norm_config(4096)?, planner);
+        let choice = SiteChoice {
+            config: Some(3),
+            ..SiteChoice::default()
+        };
+        assert_eq!(chosen_norm_config(&choice, 1)?, 3);
+        assert_eq!(chosen_norm_config(&choice, 4096)?, 3);
+        Ok(())
     }
 }

@@ -251,6 +251,9 @@ pub struct SiteOverride {
     pub choice: SiteChoice,
 }
 
+/// Tile configs of the norms (`rmsnorm` and `add_rmsnorm` share one list).
+const NORM_CONFIGS: usize = megaops_kernels::norm::rmsnorm::CONFIGS.len();
+
 impl std::str::FromStr for SiteOverride {
     type Err = String;
 
@@ -271,6 +274,9 @@ impl std::str::FromStr for SiteOverride {
                     .map_err(|_| format!("`{key}={value}`: expected a whole number"))
             };
             match key {
+                "config" if site == Site::Norm && number()? as usize >= NORM_CONFIGS => {
+                    return Err(format!("`{field}`: the norms' configs are 0 to {}", NORM_CONFIGS - 1));
+                }
                 "config" => choice.config = Some(number()? as usize),
                 "splits" if number()? == 0 => return Err(format!("`{field}`: splits start at 1")),
                 "splits" => choice.splits = Some(number()?),
@@ -488,6 +494,14 @@ mod tests {
 
     #[test]
     fn site_overrides_parse_print_and_apply() {
+        assert_eq!(
+            "norm:config=5".parse::<SiteOverride>(),
+            Err("`config=5`: the norms' configs are 0 to 4".to_string())
+        );
+        assert_eq!(
+            "norm:config=4".parse::<SiteOverride>().map(|o| o.choice.config),
+            Ok(Some(4))
+        );
         let over: SiteOverride = "mlp.down:placement=alone,splits=2".parse().expect("parse");
         assert_eq!(over.site, Site::Down);
         assert_eq!(over.choice.placement, Some(GemvPlacement::Alone));
