@@ -242,7 +242,7 @@ import json, sys, collections
 rows = collections.defaultdict(list)
 for l in open(sys.argv[1]):
     r = json.loads(l)
-    # Prefill rows have no step time: their time is the prefill's.
+    # Prefill rows have no step time: their time is the prefill time.
     ms = r["step_ms"] if r.get("step_ms") is not None else r.get("prefill_ms")
     rows[(r["model"], r["workload"], r["batch"], r["mode"], r["bin"], r["streams"], r.get("variant", ""))].append(ms)
 for k, v in sorted(rows.items()):
