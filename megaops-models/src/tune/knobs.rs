@@ -61,6 +61,31 @@ impl Site {
     pub fn parse(s: &str) -> Option<Site> {
         Site::ALL.into_iter().find(|site| site.name() == s)
     }
+
+    /// The [`SiteOverride`] keys whose choices the site's launches read (the others would
+    /// change nothing, so an override refuses them): every site takes `occupancy` and
+    /// `release`; the projections and the LM head their GEMV's `config` and `placement`,
+    /// the projections also `splits` (split-K) and `chunks` (cuBLASLt prefill GEMMs), the
+    /// producers of the decode path's column-tiled tensors `tile`; the norms `config`;
+    /// decode attention `splits`.
+    pub fn keys(self) -> &'static [&'static str] {
+        match self {
+            Site::Norm => &["config", "occupancy", "release"],
+            Site::Qkv | Site::OProj | Site::GateUp => &[
+                "config",
+                "splits",
+                "occupancy",
+                "release",
+                "tile",
+                "chunks",
+                "placement",
+            ],
+            Site::Down => &["config", "splits", "occupancy", "release", "chunks", "placement"],
+            Site::Rope => &["occupancy", "release"],
+            Site::Attention => &["splits", "occupancy", "release"],
+            Site::LmHead => &["config", "occupancy", "release", "tile", "placement"],
+        }
+    }
 }
 
 /// Knob families: what the ablation holds at the planners' values, one family at a time.
@@ -251,6 +276,17 @@ pub struct SiteOverride {
     pub choice: SiteChoice,
 }
 
+/// Every key of a [`SiteOverride`].
+const KEYS: [&str; 7] = [
+    "config",
+    "splits",
+    "occupancy",
+    "release",
+    "tile",
+    "chunks",
+    "placement",
+];
+
 /// Tile configs of the norms (`rmsnorm` and `add_rmsnorm` share one list).
 const NORM_CONFIGS: usize = megaops_kernels::norm::rmsnorm::CONFIGS.len();
 
@@ -268,6 +304,13 @@ impl std::str::FromStr for SiteOverride {
             let (key, value) = field
                 .split_once('=')
                 .ok_or_else(|| format!("`{field}`: expected <key>=<value>"))?;
+            if KEYS.contains(&key) && !site.keys().contains(&key) {
+                return Err(format!(
+                    "`{key}` is not a knob of {} (its knobs: {})",
+                    site.name(),
+                    site.keys().join(", ")
+                ));
+            }
             let number = || {
                 value
                     .parse::<u32>()
@@ -299,11 +342,7 @@ impl std::str::FromStr for SiteOverride {
                         _ => return Err(format!("`{field}`: placement is alone or beside")),
                     })
                 }
-                _ => {
-                    return Err(format!(
-                        "`{key}` is not a site knob (config, splits, occupancy, release, tile, chunks, placement)"
-                    ));
-                }
+                _ => return Err(format!("`{key}` is not a site knob ({})", KEYS.join(", "))),
             }
         }
         Ok(SiteOverride { site, choice })
@@ -502,6 +541,17 @@ mod tests {
             "norm:config=4".parse::<SiteOverride>().map(|o| o.choice.config),
             Ok(Some(4))
         );
+        // A key the site's launches do not read is refused, not silently ignored.
+        assert_eq!(
+            "attn.rope:config=1".parse::<SiteOverride>(),
+            Err("`config` is not a knob of attn.rope (its knobs: occupancy, release)".to_string())
+        );
+        assert!("attn.core:config=0".parse::<SiteOverride>().is_err());
+        assert!("mlp.down:tile=64".parse::<SiteOverride>().is_err());
+        assert!("lm_head:splits=2".parse::<SiteOverride>().is_err());
+        assert!("norm:placement=alone".parse::<SiteOverride>().is_err());
+        assert!("attn.core:splits=4".parse::<SiteOverride>().is_ok());
+        assert!("lm_head:tile=64,placement=alone".parse::<SiteOverride>().is_ok());
         let over: SiteOverride = "mlp.down:placement=alone,splits=2".parse().expect("parse");
         assert_eq!(over.site, Site::Down);
         assert_eq!(over.choice.placement, Some(GemvPlacement::Alone));
