@@ -71,15 +71,7 @@ impl Site {
     pub fn keys(self) -> &'static [&'static str] {
         match self {
             Site::Norm => &["config", "occupancy", "release"],
-            Site::Qkv | Site::OProj | Site::GateUp => &[
-                "config",
-                "splits",
-                "occupancy",
-                "release",
-                "tile",
-                "chunks",
-                "placement",
-            ],
+            Site::Qkv | Site::OProj | Site::GateUp => &KEYS,
             Site::Down => &["config", "splits", "occupancy", "release", "chunks", "placement"],
             Site::Rope => &["occupancy", "release"],
             Site::Attention => &["splits", "occupancy", "release"],
