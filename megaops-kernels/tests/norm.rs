@@ -39,15 +39,16 @@ fn inputs(c: &Case) -> (Vec<bf16>, Vec<bf16>, Vec<bf16>) {
     (x, res, w)
 }
 
-fn check_rmsnorm(dev: &Device, c: &Case) -> Result<()> {
-    let s = Stream::new(dev)?;
+/// Runs `rmsnorm` of case `c` on `s` (fresh uploads, a poisoned output): what it wrote
+/// and the f64 reference.
+fn run_rmsnorm(dev: &Device, s: &Stream, c: &Case) -> Result<(Vec<bf16>, Vec<f64>)> {
     let (x, _, w) = inputs(c);
     let eps = 1e-6f32;
     let xt = Tensor::from_slice(dev, &[c.m, c.h], &x)?;
     let wt = Tensor::from_slice(dev, &[c.h], &w)?;
     let mut y = Tensor::full(dev, &[c.m, c.h], POISON)?;
     rmsnorm::launch_with(
-        &s,
+        s,
         &LaunchOptions::config(c.config),
         &xt,
         &wt,
@@ -56,10 +57,14 @@ fn check_rmsnorm(dev: &Device, c: &Case) -> Result<()> {
         c.h as u32,
         eps,
     )?;
-    let want = rmsnorm_ref(&f64s(&x), &f64s(&w), c.h, eps as f64);
+    Ok((y.to_vec()?, rmsnorm_ref(&f64s(&x), &f64s(&w), c.h, eps as f64)))
+}
+
+fn check_rmsnorm(dev: &Device, c: &Case) -> Result<()> {
+    let (got, want) = run_rmsnorm(dev, &Stream::new(dev)?, c)?;
     assert_close(
         &format!("rmsnorm m={} h={} config {}", c.m, c.h, c.config),
-        &y.to_vec()?,
+        &got,
         &want,
         5e-3,
     );
@@ -253,22 +258,7 @@ fn gpu_launch_right_after_an_upload_sees_all_of_it() -> Result<()> {
             config: 1,
             seed: seed.wrapping_add(round),
         };
-        let (x, _, w) = inputs(&c);
-        let xt = Tensor::from_slice(&dev, &[m, h], &x)?;
-        let wt = Tensor::from_slice(&dev, &[h], &w)?;
-        let mut y = Tensor::full(&dev, &[m, h], POISON)?;
-        rmsnorm::launch_with(
-            &s,
-            &LaunchOptions::config(1),
-            &xt,
-            &wt,
-            &mut y,
-            m as u32,
-            h as u32,
-            1e-6,
-        )?;
-        let got = y.to_vec()?;
-        let want = rmsnorm_ref(&f64s(&x), &f64s(&w), h, 1e-6);
+        let (got, want) = run_rmsnorm(&dev, &s, &c)?;
         let tail = (m - 16) * h;
         assert_close(
             &format!("round {round}: the last 16 rows"),
