@@ -871,17 +871,24 @@ mod host {
     }
 
     /// A split count for `batch` sequences of up to `max_len` positions and `hkv` kv
-    /// heads on `sms` SMs: one wave of about three CTAs per SM (the residency of the
-    /// `G = 4`, `D = 128` config at ~167 registers), so that no partial second wave
-    /// lengthens the launch, with at least 128 positions per split and at most 64 splits.
-    /// (On the H200, with one batch, 25 or 8 splits beat 49 or 16 at 4 K or 1 K positions,
-    /// while 49 stayed best at 16 K: below ~128 positions a CTA's fixed cost — q load,
-    /// merge across warps, partial write — and the combine outweigh the parallelism.)
+    /// heads on `sms` SMs, the larger of two rules, at most 64:
+    /// - one wave of about three CTAs per SM (the residency of the `G = 4`, `D = 128`
+    ///   config at ~167 registers), so that no partial second wave lengthens the launch,
+    ///   with at least 128 positions per split: below that a CTA's fixed cost (q load,
+    ///   merge across warps, partial write) and the combine outweigh the parallelism for
+    ///   a kernel timed alone;
+    /// - while the CTAs fit one per SM, at least [`SHORT_SPLIT_POSITIONS`] positions per
+    ///   split: inside a decode step, where the attention of a short context sits on the
+    ///   critical path with most SMs idle, shorter walks per CTA shorten the step.
     pub fn splits_for(batch: u32, hkv: u32, max_len: u32, sms: u32) -> u32 {
         let pairs = (batch * hkv).max(1);
-        let want = (3 * sms) / pairs;
-        want.min(max_len.div_ceil(128)).clamp(1, MAX_SPLITS)
+        let wave = ((3 * sms) / pairs).min(max_len.div_ceil(128));
+        let short = (sms / pairs).min(max_len.div_ceil(SHORT_SPLIT_POSITIONS));
+        wave.max(short).clamp(1, MAX_SPLITS)
     }
+
+    /// Fewest positions per split that [`splits_for`]'s one-CTA-per-SM rule gives a split.
+    pub const SHORT_SPLIT_POSITIONS: u32 = 48;
 
     /// Most splits per (sequence, kv head) that [`splits_for`] picks or a tuner may set.
     pub const MAX_SPLITS: u32 = 64;
@@ -915,6 +922,28 @@ mod host {
                 counters,
                 splits: splits.max(1),
             })
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn short_contexts_split_while_one_wave_of_single_ctas_fits() {
+            // 132 SMs, 8 kv heads, short decode (192 positions): 4 splits at batch 1, as
+            // long as batch × 8 × splits stays within 132 CTAs; the 128-position rule beyond.
+            assert_eq!(splits_for(1, 8, 192, 132), 4);
+            assert_eq!(splits_for(4, 8, 192, 132), 4);
+            assert_eq!(splits_for(8, 8, 192, 132), 2);
+            assert_eq!(splits_for(16, 8, 192, 132), 2);
+            // Long contexts keep the three-CTAs-per-SM wave.
+            assert_eq!(splits_for(1, 8, 2048, 132), 16);
+            assert_eq!(splits_for(1, 8, 16384, 132), 49);
+            assert_eq!(splits_for(16, 8, 2048, 132), 3);
+            // Never more than MAX_SPLITS, never none.
+            assert_eq!(splits_for(1, 1, 1 << 20, 132), MAX_SPLITS);
+            assert_eq!(splits_for(64, 64, 1, 132), 1);
         }
     }
 }
