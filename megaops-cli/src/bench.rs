@@ -146,7 +146,7 @@ pub fn run_bench(b: Bench) -> Result<()> {
             write_json(&mut json, b.json.as_deref(), &row)?;
             if let (Some(dir), Mode::Overlapped) = (&b.trace, s.mode) {
                 eprintln!("{name}: {} batch {} traced …", s.workload.name(), s.batch);
-                let traced = bench::trace(&lm, s, streams)?;
+                let traced = bench::trace(&lm, s, streams, &plan)?;
                 let stem = format!("{name}-{}-b{}", s.workload.name(), s.batch);
                 let title = format!("{name} {} batch {}", s.workload.name(), s.batch);
                 crate::trace::write(

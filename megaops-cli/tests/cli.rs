@@ -590,6 +590,48 @@ fn bench_traces_overlapped_rows_and_reports_the_overhead() {
 }
 
 #[test]
+fn bench_traces_the_launches_of_the_row_with_its_overrides() {
+    let dir = std::env::temp_dir().join(format!("megaops-bench-trace-site-{}", std::process::id()));
+    let out = megaops(&[
+        "bench",
+        "--presets",
+        "tiny",
+        "--workloads",
+        "short-decode",
+        "--batches",
+        "1",
+        "--modes",
+        "overlapped",
+        "--prompt-len",
+        "4",
+        "--new-tokens",
+        "4",
+        "--prefill-reps",
+        "1",
+        "--site",
+        "attn.qkv:config=2",
+        "--trace",
+        dir.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Config 2 of the GEMV (the planner picks config 1 for the tiny preset's QKV): the
+    // traced decode step runs the override, as the timed row did (its 4-token prefill
+    // runs the planners' GEMV, as the timed row's did).
+    let (prefill, decode) = stdout.split_once(": decode step: ").expect("a decode step's breakdown");
+    assert!(
+        decode.contains("attn.qkv: gemv[BN=32, WK=4, U=4, PF=2, MIN_CTAS=0]"),
+        "{stdout}"
+    );
+    assert!(!decode.contains("attn.qkv: gemv[BN=64"), "{stdout}");
+    assert!(
+        prefill.contains("attn.qkv: gemv[BN=64, WK=2, U=4, PF=2, MIN_CTAS=0]"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn tune_refuses_what_it_cannot_time_with_a_clear_error() {
     for (args, needle) in [
         (

@@ -292,6 +292,16 @@ fn percentiles(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
     Some((at(0.5), at(0.1), at(0.9)))
 }
 
+/// The prefill's and the decode step's plans of a bench row of `workload` run with
+/// `plan`: a prefill row's plan is the prefill's, any other row's the decode step's (the
+/// other phase runs the planners' choices).
+fn phase_plans(workload: Workload, plan: &StepPlan) -> (StepPlan, StepPlan) {
+    match workload {
+        Workload::Prefill => (plan.clone(), StepPlan::default()),
+        _ => (StepPlan::default(), plan.clone()),
+    }
+}
+
 /// Runs `spec` on `lm` and returns its row; `read_gbps` is the roofline of the same run
 /// (see [`read_bandwidth_gbps`]). The decode steps (the prefill, for
 /// [`Workload::Prefill`]) launch with `plan`'s knob values (a tuned plan;
@@ -318,10 +328,7 @@ pub fn run(
     crate::generate::check_request(c, &prompts, &opts)?;
     let on = spec.mode.stream(&device, streams)?;
     let mut session = Session::new(lm, batch, prompt_len, new_tokens)?;
-    let (prefill_plan, decode_plan) = match spec.workload {
-        Workload::Prefill => (plan.clone(), StepPlan::default()),
-        _ => (StepPlan::default(), plan.clone()),
-    };
+    let (prefill_plan, decode_plan) = phase_plans(spec.workload, plan);
     let mut prefill = session.prefill_inputs_with(&prompts, &prefill_plan)?;
     let gemm = crate::layers::PrefillGemm::new(&device, spec.prefill_gemm)?;
     prefill.set_gemm(&gemm);
@@ -422,9 +429,11 @@ pub struct TracedRun {
 
 /// Runs `spec` once more with tile tracing on: a traced prefill (recorded), a decode
 /// graph captured with tracing on, one replay (recorded), then the workload's other
-/// replays timed as [`run`] times them. Eager mode traces its first step and times
-/// nothing.
-pub fn trace(lm: &CausalLm, spec: &BenchSpec, streams: usize) -> Result<TracedRun> {
+/// replays timed as [`run`] times them, all with `plan` and `spec`'s prefill GEMMs applied
+/// as [`run`] applies them, so the trace shows the launches of the row it is set against.
+/// Eager mode traces its first step and times nothing.
+pub fn trace(lm: &CausalLm, spec: &BenchSpec, streams: usize, plan: &StepPlan) -> Result<TracedRun> {
+    let streams = plan.streams.unwrap_or(streams);
     let c = lm.config();
     let device = lm.lm_head().device().clone();
     let (batch, prompt_len, new_tokens) = (spec.batch, spec.prompt_len(), spec.new_tokens());
@@ -432,7 +441,10 @@ pub fn trace(lm: &CausalLm, spec: &BenchSpec, streams: usize) -> Result<TracedRu
     let on = spec.mode.stream(&device, streams)?;
     device.start_trace(crate::generate::TRACE_CAPACITY)?;
     let mut session = Session::new(lm, batch, prompt_len, new_tokens)?;
-    let mut prefill = session.prefill_inputs(&prompts)?;
+    let (prefill_plan, decode_plan) = phase_plans(spec.workload, plan);
+    let mut prefill = session.prefill_inputs_with(&prompts, &prefill_plan)?;
+    let gemm = crate::layers::PrefillGemm::new(&device, spec.prefill_gemm)?;
+    prefill.set_gemm(&gemm);
     // An untraced prefill first (module loading), then the traced one.
     session.prefill(&on, &mut prefill)?;
     on.synchronize()?;
@@ -450,7 +462,7 @@ pub fn trace(lm: &CausalLm, spec: &BenchSpec, streams: usize) -> Result<TracedRu
             traced_step_ms: None,
         });
     }
-    let mut decoder = session.decoder(&first)?;
+    let mut decoder = session.decoder_with(&first, &decode_plan)?;
     on.set_tracing(true);
     let graph = match spec.mode {
         Mode::Eager => None,
