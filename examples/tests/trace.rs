@@ -327,8 +327,9 @@ fn captured_graphs_record_at_every_replay() -> Result<()> {
 }
 
 #[test]
-fn configs_with_launch_bounds_are_not_traced() -> Result<()> {
-    // `row_sums` declares `min_ctas = 8`: register-capped configs are built untraced.
+fn configs_with_launch_bounds_are_traced() -> Result<()> {
+    // `row_sums` declares `min_ctas = 8`: its register-capped configs record their tiles
+    // too, so a trace shows every launch of a step.
     let dev = cpu_device(3)?;
     dev.start_trace(4096)?;
     let s = AsyncStream::new(&dev, 2)?;
@@ -338,8 +339,12 @@ fn configs_with_launch_bounds_are_not_traced() -> Result<()> {
     produce::launch_with(&s, &LaunchOptions::config(1), &mut y, M, N, 3, 0)?;
     row_sums::launch(&s, &y, &mut sums, M, N)?;
     let trace = dev.take_trace()?;
-    assert_eq!(trace.launches.len(), 1, "{:?}", trace.launches);
-    assert_eq!(trace.launches[0].kernel, "produce");
+    let kernels: Vec<&str> = trace.launches.iter().map(|l| l.kernel.as_str()).collect();
+    assert_eq!(kernels, ["produce", "row_sums"], "{:?}", trace.launches);
+    let sums_launch = trace.launches[1].launch_id;
+    let tiles = trace.tiles.iter().filter(|t| t.launch_id == sums_launch).count();
+    assert_eq!(tiles, M.div_ceil(8) as usize, "one record per kernel tile of row_sums");
+    assert_eq!(trace.check(), Ok(()));
     Ok(())
 }
 

@@ -180,8 +180,7 @@ use proc_macro2::TokenStream;
 ///   (`gemv__BN16_WK8_U4_PF2_MIN_CTAS0`, readable in profilers), or `name__cfg<i>` for a
 ///   config without literal constants or whose name another config shares. This entry
 ///   has no tile-trace code; a second one, `<entry>__traced`, has it and runs the traced
-///   launches (`ConfigInfo::traced_entry`), except for a config with literal launch
-///   bounds (`min_ctas` not 0), which records no tile;
+///   launches (`ConfigInfo::traced_entry`);
 /// - host: `unsafe fn __megaops_cpu_name__cfg<i>(<same>)` with the kernel's visibility,
 ///   the same body for the CPU backend (one generator emits both), which also feeds the
 ///   CPU backend's out-of-tile read check (`VgpuConfig::check_reads`): it calls

@@ -836,9 +836,8 @@ fn entries_are_named_after_their_constants() {
     assert!(out.contains("entry: \"k__BN16_MIN_CTAS0_FASTtrue_OFFm2\""), "{out}");
 }
 
-/// Each config gets a plain entry without trace code and a `__traced` one with it, except
-/// a config whose launch bounds are known (a literal `min_ctas` other than 0): it records
-/// no tile, so it has only the plain entry and `traced_entry: None`.
+/// Each config gets a plain entry without trace code and a `__traced` one with it,
+/// configs with launch bounds included.
 #[test]
 fn traced_launches_get_their_own_entry() {
     let out = expansion(
@@ -853,26 +852,20 @@ fn traced_launches_get_their_own_entry() {
         ),
     );
     let entry = |name: &str| out.contains(&format!("extern \"ptx-kernel\" fn {name}("));
-    assert!(
-        entry("k__BN16_MIN_CTAS0") && entry("k__BN16_MIN_CTAS0__traced"),
-        "{out}"
-    );
-    assert!(
-        entry("k__BN32_MIN_CTAS2") && !entry("k__BN32_MIN_CTAS2__traced"),
-        "{out}"
-    );
-    // A bound the macro cannot evaluate keeps both entries (the traced one then decides
-    // at compile time whether it records).
-    assert!(entry("k__cfg2") && entry("k__cfg2__traced"), "{out}");
-    assert!(
-        out.contains("traced_entry: ::core::option::Option::Some(\"k__BN16_MIN_CTAS0__traced\")"),
-        "{out}"
-    );
-    assert!(out.contains("traced_entry: ::core::option::Option::None"), "{out}");
-    // Plain entries have no trace call: the two traced entries and the three CPU
+    for name in ["k__BN16_MIN_CTAS0", "k__BN32_MIN_CTAS2", "k__cfg2"] {
+        assert!(entry(name) && entry(&format!("{name}__traced")), "{name}: {out}");
+        assert!(
+            out.contains(&format!(
+                "traced_entry: ::core::option::Option::Some(\"{name}__traced\")"
+            )),
+            "{name}: {out}"
+        );
+    }
+    assert!(!out.contains("traced_entry: ::core::option::Option::None"), "{out}");
+    // Plain entries have no trace call: the three traced entries and the three CPU
     // functions do.
     let calls = out.matches("trace_record").count();
-    assert_eq!(calls, 2 + 3, "{out}");
+    assert_eq!(calls, 3 + 3, "{out}");
 }
 
 #[test]

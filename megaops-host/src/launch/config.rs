@@ -19,7 +19,8 @@ pub struct ConfigInfo {
     /// PTX entry of the config (no tile-trace code).
     pub entry: &'static str,
     /// PTX entry a traced launch of the config runs (the same body with the tile-trace
-    /// calls); `None` for a config that records no tiles (one with launch bounds).
+    /// calls); `None` for a config that records no tiles (every config that
+    /// `#[megaops::kernel]` generates has one).
     pub traced_entry: Option<&'static str>,
 }
 

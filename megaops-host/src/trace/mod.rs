@@ -9,8 +9,6 @@
 //! [`Device::take_trace`] waits for the device, reads the log into a [`Trace`] that
 //! names every launch (kernel, tile config, stream, tile grid) and empties the log. The
 //! log is written by CUDA graph replays of traced captures as well.
-//! Configs with launch bounds (`min_ctas` > 0) are built without tracing (their registers
-//! are capped) and record nothing.
 //!
 //! - [`perfetto`]: the Chrome-trace / Perfetto JSON of a trace.
 //! - [`exposed`]: per-operator time alone on the GPU vs overlapped with other operators.

@@ -28,8 +28,8 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 /// Both targets' functions for every config: per config the untraced PTX entry (no trace
-/// code at all), the traced one ([`Plan::traced_entry_name`], unless the config keeps
-/// launch bounds) and the CPU-backend function (which traces when the launch asks).
+/// code at all), the traced one ([`Plan::traced_entry_name`]) and the CPU-backend function
+/// (which traces when the launch asks).
 pub fn entries(plan: &Plan) -> TokenStream {
     let k = plan.k;
     let params = k.item.sig.inputs.iter();
@@ -40,7 +40,7 @@ pub fn entries(plan: &Plan) -> TokenStream {
     let params = quote!(#(#params,)* #ctx: #kernel_ctx #(, #syncs: #tile_sync)*);
     let fns = k.configs.iter().enumerate().map(|(i, config)| {
         let consts = || config_consts(config);
-        let ptx_entry = |entry: &syn::Ident, traced: Option<TokenStream>| {
+        let ptx_entry = |entry: &syn::Ident, traced: bool| {
             let body = body(plan, consts(), false, traced);
             let bounds = launch_bounds(plan, entry, consts());
             quote! {
@@ -56,11 +56,9 @@ pub fn entries(plan: &Plan) -> TokenStream {
                 }
             }
         };
-        let plain = ptx_entry(&plan.entry_name(i), None);
-        let traced = plan
-            .traced_entry_name(i)
-            .map(|entry| ptx_entry(&entry, Some(traceable(plan))));
-        let (cpu, cpu_body) = (plan.cpu_name(i), body(plan, consts(), true, Some(traceable(plan))));
+        let plain = ptx_entry(&plan.entry_name(i), false);
+        let traced = plan.traced_entry_name(i).map(|entry| ptx_entry(&entry, true));
+        let (cpu, cpu_body) = (plan.cpu_name(i), body(plan, consts(), true, true));
         quote! {
             #plain
             #traced
@@ -76,17 +74,6 @@ pub fn entries(plan: &Plan) -> TokenStream {
         }
     });
     quote!(#(#fns)*)
-}
-
-/// Whether a config's traced body records its tiles: configs with launch bounds
-/// (`min_ctas` > 0) are register-capped, and keeping the trace times live across their
-/// body would spill, so they record nothing. A constant expression of the config's
-/// constants.
-fn traceable(plan: &Plan) -> TokenStream {
-    match &plan.k.min_ctas {
-        Some(min) => quote!(((#min) as u32) == 0),
-        None => quote!(true),
-    }
 }
 
 /// With `min_ctas = N`: a marker static `__megaops_launch_bounds__<entry> = [threads, N]`
@@ -121,14 +108,14 @@ fn launch_bounds(plan: &Plan, entry: &syn::Ident, consts: TokenStream) -> TokenS
 }
 
 /// The body of one config's entry; `host`: the CPU-backend function's, whose reads of
-/// synchronised inputs are checked (see [`sync::watches`]); `traced`: `None` emits no
-/// trace call, `Some(c)` emits them under the constant expression `c`.
-pub fn body(plan: &Plan, consts: TokenStream, host: bool, traced: Option<TokenStream>) -> TokenStream {
+/// synchronised inputs are checked (see [`sync::watches`]); `traced`: whether it makes the
+/// trace calls.
+pub fn body(plan: &Plan, consts: TokenStream, host: bool, traced: bool) -> TokenStream {
     let (ctx, tile, t) = (local("__megaops_ctx"), local("__megaops_tile"), local("__megaops_t"));
     let (begin, remap) = (paths::kernel_begin_cta(), paths::remap_tile());
     let prerequisites = paths::wait_prerequisite_grids();
     let (block_idx_x, grid_dim_x) = (paths::block_idx_x(), paths::grid_dim_x());
-    let per_tile = tile_body(plan, host, traced.is_some());
+    let per_tile = tile_body(plan, host, traced);
     let schedule = if plan.k.persistent {
         quote! {
             let mut #t = #block_idx_x();
@@ -151,16 +138,8 @@ pub fn body(plan: &Plan, consts: TokenStream, host: bool, traced: Option<TokenSt
     };
     // Parameters only the annotation uses (e.g. in `tiles(...)`) are used on the host.
     let annotation_only = plan.k.params_in_annotation();
-    let traced_const = traced.map(|traced| {
-        let name = local("__MEGAOPS_TRACED");
-        quote! {
-            #[allow(non_upper_case_globals, clippy::eq_op)]
-            const #name: bool = #traced;
-        }
-    });
     quote! {
         #consts
-        #traced_const
         #(let _ = &#annotation_only;)*
         // SAFETY: the launcher passes a null or valid begin flag.
         unsafe { #begin(&#ctx) };
@@ -192,20 +171,17 @@ fn tile_body(plan: &Plan, host: bool, traced: bool) -> TokenStream {
         local("__megaops_trace_waited"),
         local("__megaops_trace_end"),
     );
-    let traced_const = local("__MEGAOPS_TRACED");
     let (trace_start, trace_end, trace_record) = if traced {
         (
             quote! {
-                let #start = if #traced_const { #trace_now(&#ctx) } else { 0 };
+                let #start = #trace_now(&#ctx);
                 #[allow(unused_mut)]
                 let mut #waited = 0u64;
             },
-            quote!(let #end = if #traced_const { #trace_end(&#ctx) } else { 0 };),
+            quote!(let #end = #trace_end(&#ctx);),
             quote! {
-                if #traced_const {
-                    // SAFETY: the launcher passes a null or valid trace log.
-                    unsafe { #trace_record(&#ctx, #tile, #start, #waited, #end) };
-                }
+                // SAFETY: the launcher passes a null or valid trace log.
+                unsafe { #trace_record(&#ctx, #tile, #start, #waited, #end) };
             },
         )
     } else {

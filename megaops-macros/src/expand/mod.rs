@@ -140,15 +140,9 @@ impl<'a> Plan<'a> {
     }
 
     /// PTX entry of config `i` with the tile-trace calls, `<entry>__traced`, which a traced
-    /// launch runs; `None` when the config keeps launch bounds (`min_ctas` an integer
-    /// literal or a constant of the config with a literal value, not 0): such a config is
-    /// register-capped, records no tile, and a traced launch runs its plain entry.
+    /// launch runs (configs with launch bounds too); `None` past the last config.
     pub fn traced_entry_name(&self, i: usize) -> Option<Ident> {
-        let config = self.k.configs.get(i)?;
-        let min_ctas = self.k.min_ctas.as_ref().and_then(|e| literal_value(e, config));
-        if min_ctas.is_some_and(|v| v != "0") {
-            return None;
-        }
+        self.k.configs.get(i)?;
         let entry = self.entry_name(i);
         Some(format_ident!("{}__traced", entry, span = entry.span()))
     }
@@ -269,17 +263,6 @@ fn entry_label(c: &crate::ast::Config) -> Option<String> {
         .map(|k| Some(format!("{}{}", k.name, literal_text(&k.value)?)))
         .collect();
     Some(parts?.join("_"))
-}
-
-/// The literal text of `e` (see [`literal_text`]), or of the constant of `config` that
-/// `e` names.
-fn literal_value(e: &syn::Expr, config: &Config) -> Option<String> {
-    if let syn::Expr::Path(p) = e {
-        let name = p.path.get_ident()?;
-        let c = config.consts.iter().find(|c| c.name == *name)?;
-        return literal_text(&c.value);
-    }
-    literal_text(e)
 }
 
 /// The digits of an integer literal (suffix dropped), `true`/`false`, or `m<digits>` for

@@ -54,16 +54,8 @@ pub fn wait(s: &SyncPlan, traced: bool) -> TokenStream {
     );
     let (sync, region) = (&s.sync_ident, &s.region_ident);
     let note = traced.then(|| {
-        let (trace_waited, waited, traced) = (
-            paths::trace_waited(),
-            local("__megaops_trace_waited"),
-            local("__MEGAOPS_TRACED"),
-        );
-        quote! {
-            if #traced {
-                #trace_waited(&#ctx, &mut #waited);
-            }
-        }
+        let (trace_waited, waited) = (paths::trace_waited(), local("__megaops_trace_waited"));
+        quote!(#trace_waited(&#ctx, &mut #waited);)
     });
     quote! {
         // SAFETY: the launcher built `sync` for this input's tensor and `region` is this
