@@ -6,7 +6,7 @@ use crate::run::{device, load, open};
 use megaops_models::bench::{self, BenchRow, BenchSpec, Breakdown, Mode, Workload};
 use megaops_models::layers::GemmBackend;
 use megaops_models::tune::StepPlan;
-use megaops_models::{ModelError, Result};
+use megaops_models::{DEFAULT_STREAMS, ModelError, Result};
 use std::io::Write;
 
 /// Runs the benchmark.
@@ -106,7 +106,7 @@ pub fn run_bench(b: Bench) -> Result<()> {
                 for &batch in &b.batches {
                     let prompt_len = b.prompt_len.unwrap_or(w.prompt_len());
                     eprintln!("{name}: breakdown of {} at batch {batch} …", w.name());
-                    let d = bench::breakdown(&lm, &name, w, batch, prompt_len, b.streams.unwrap_or(2))?;
+                    let d = bench::breakdown(&lm, &name, w, batch, prompt_len, b.streams.unwrap_or(DEFAULT_STREAMS))?;
                     write_json(&mut json, b.json.as_deref(), &d)?;
                     println!("{}", breakdown_table(&d));
                 }
@@ -128,7 +128,7 @@ pub fn run_bench(b: Bench) -> Result<()> {
                 && !b.norm_fusion
                 && !b.no_rope_fusion
                 && b.sites.is_empty()
-                && b.streams.is_none()
+                && b.streams.is_none_or(|s| s == DEFAULT_STREAMS)
                 && b.sync.is_default();
             if b.norm_fusion {
                 plan.fuse_norms = Some(true);
@@ -139,7 +139,7 @@ pub fn run_bench(b: Bench) -> Result<()> {
             for &over in &b.sites {
                 plan.override_site(over);
             }
-            let streams = b.streams.or(plan.streams).unwrap_or(2);
+            let streams = b.streams.or(plan.streams).unwrap_or(DEFAULT_STREAMS);
             let mut row = bench::run(&lm, &name, s, streams, &plan, read_gbps)?;
             row.site_overrides = b.sites.iter().map(ToString::to_string).collect();
             row.at_defaults = at_defaults;

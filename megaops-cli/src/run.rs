@@ -196,7 +196,10 @@ fn run_generate(g: Generate) -> Result<()> {
     for &over in &g.prefill_sites {
         opts.prefill_plan.override_site(over);
     }
-    let streams = g.streams.or(opts.plan.streams).unwrap_or(2);
+    let streams = g
+        .streams
+        .or(opts.plan.streams)
+        .unwrap_or(megaops_models::DEFAULT_STREAMS);
     g.sync.apply(&device)?;
     let on = if g.no_overlap {
         AsyncStream::serial(&device)?

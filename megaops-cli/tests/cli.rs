@@ -309,6 +309,37 @@ fn bench_writes_one_json_row_per_run() {
     assert!(!stdout.contains("norm fusion on"), "{stdout}");
 }
 
+/// A row run with `--streams` at the default count still ran the defaults; another count
+/// did not.
+#[test]
+fn bench_rows_at_the_default_stream_count_are_at_the_defaults() {
+    for (streams, at_defaults) in [("2", true), ("3", false)] {
+        let (_, rows) = bench_rows(
+            &format!("streams{streams}"),
+            &[
+                "--presets",
+                "tiny",
+                "--workloads",
+                "short-decode",
+                "--batches",
+                "1",
+                "--modes",
+                "overlapped",
+                "--prompt-len",
+                "4",
+                "--new-tokens",
+                "2",
+                "--prefill-reps",
+                "1",
+                "--streams",
+                streams,
+            ],
+        );
+        assert!(!rows.is_empty());
+        assert!(rows.iter().all(|r| r["at_defaults"] == at_defaults), "{rows:?}");
+    }
+}
+
 /// `--norm-fusion` runs the decode steps' add + RMSNorms inside the projections,
 /// `--no-rope-fusion` their QK-norm + RoPE before attention; the rows and the table say so,
 /// and the rows name the begin rule and poll spin that `--begin-rule` / `--poll-spin-ns`
@@ -556,10 +587,10 @@ fn generate_writes_a_trace_of_the_prefill_and_a_decode_step() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn bench_traces_overlapped_rows_and_reports_the_overhead() {
-    let dir = std::env::temp_dir().join(format!("megaops-bench-trace-{}", std::process::id()));
-    let out = megaops(&[
+/// `megaops bench` of one short tiny-preset decode row, overlapped, traced into `dir`,
+/// with `extra` arguments; its stdout (the run must succeed).
+fn bench_traced(dir: &Path, extra: &[&str]) -> String {
+    let mut args = vec![
         "bench",
         "--presets",
         "tiny",
@@ -577,9 +608,17 @@ fn bench_traces_overlapped_rows_and_reports_the_overhead() {
         "1",
         "--trace",
         dir.to_str().expect("utf-8"),
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = megaops(&args);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn bench_traces_overlapped_rows_and_reports_the_overhead() {
+    let dir = std::env::temp_dir().join(format!("megaops-bench-trace-{}", std::process::id()));
+    let stdout = bench_traced(&dir, &[]);
     assert!(
         stdout.contains("tracing overhead, tiny short-decode batch 1: "),
         "{stdout}"
@@ -592,29 +631,7 @@ fn bench_traces_overlapped_rows_and_reports_the_overhead() {
 #[test]
 fn bench_traces_the_launches_of_the_row_with_its_overrides() {
     let dir = std::env::temp_dir().join(format!("megaops-bench-trace-site-{}", std::process::id()));
-    let out = megaops(&[
-        "bench",
-        "--presets",
-        "tiny",
-        "--workloads",
-        "short-decode",
-        "--batches",
-        "1",
-        "--modes",
-        "overlapped",
-        "--prompt-len",
-        "4",
-        "--new-tokens",
-        "4",
-        "--prefill-reps",
-        "1",
-        "--site",
-        "attn.qkv:config=2",
-        "--trace",
-        dir.to_str().expect("utf-8"),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = bench_traced(&dir, &["--site", "attn.qkv:config=2"]);
     // Config 2 of the GEMV (the planner picks config 1 for the tiny preset's QKV): the
     // traced decode step runs the override, as the timed row did (its 4-token prefill
     // runs the planners' GEMV, as the timed row's did).

@@ -20,6 +20,10 @@ pub mod presets;
 pub mod tokenizer;
 pub mod tune;
 
+/// Streams of the overlapping AsyncStream when neither the command line nor a tuned plan
+/// sets them.
+pub const DEFAULT_STREAMS: usize = 2;
+
 pub use config::{Architecture, Config};
 pub use error::{ModelError, Result};
 pub use generate::{Decoder, GenerateOptions, Generation, GenerationTraces, Prefill, Session, generate};
