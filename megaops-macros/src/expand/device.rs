@@ -57,7 +57,7 @@ pub fn entries(plan: &Plan) -> TokenStream {
             }
         };
         let plain = ptx_entry(&plan.entry_name(i), false);
-        let traced = plan.traced_entry_name(i).map(|entry| ptx_entry(&entry, true));
+        let traced = ptx_entry(&plan.traced_entry_name(i), true);
         let (cpu, cpu_body) = (plan.cpu_name(i), body(plan, consts(), true, true));
         quote! {
             #plain

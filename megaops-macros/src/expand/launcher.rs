@@ -36,13 +36,8 @@ pub fn module(plan: &Plan) -> TokenStream {
     let names: Vec<_> = k.params.iter().filter_map(|p| p.name.as_ref()).collect();
     let configs = k.configs.iter().enumerate().map(|(i, c)| {
         let entry = plan.entry_name(i).to_string();
-        let traced = match plan.traced_entry_name(i) {
-            Some(t) => {
-                let t = t.to_string();
-                quote!(::core::option::Option::Some(#t))
-            }
-            None => quote!(::core::option::Option::None),
-        };
+        let traced = plan.traced_entry_name(i).to_string();
+        let traced = quote!(::core::option::Option::Some(#traced));
         let label = config_label(c);
         let defs = config_consts(c);
         let values = c.consts.iter().filter_map(|x| {

@@ -140,11 +140,10 @@ impl<'a> Plan<'a> {
     }
 
     /// PTX entry of config `i` with the tile-trace calls, `<entry>__traced`, which a traced
-    /// launch runs (configs with launch bounds too); `None` past the last config.
-    pub fn traced_entry_name(&self, i: usize) -> Option<Ident> {
-        self.k.configs.get(i)?;
+    /// launch runs (configs with launch bounds too).
+    pub fn traced_entry_name(&self, i: usize) -> Ident {
         let entry = self.entry_name(i);
-        Some(format_ident!("{}__traced", entry, span = entry.span()))
+        format_ident!("{}__traced", entry, span = entry.span())
     }
 
     /// CPU-backend function of config `i`: `__megaops_cpu_<name>__cfg<i>`.
