@@ -217,6 +217,23 @@ fn info_reports_sizes() {
     assert_eq!(v["kv_bytes_per_token"], 28 * 2 * 2 * 8 * 128);
 }
 
+/// `megaops bench` arguments of one short, overlapped tiny-preset decode row at batch 1
+/// (4-token prompts, one prefill rep; the caller adds `--new-tokens`).
+const TINY_DECODE_ROW: &[&str] = &[
+    "--presets",
+    "tiny",
+    "--workloads",
+    "short-decode",
+    "--batches",
+    "1",
+    "--modes",
+    "overlapped",
+    "--prompt-len",
+    "4",
+    "--prefill-reps",
+    "1",
+];
+
 /// Runs `megaops bench` with `args` and `--json` into a file of its own (`tag` names it),
 /// checks that it succeeded and returns its output and JSON rows.
 fn bench_rows(tag: &str, args: &[&str]) -> (std::process::Output, Vec<serde_json::Value>) {
@@ -314,27 +331,8 @@ fn bench_writes_one_json_row_per_run() {
 #[test]
 fn bench_rows_at_the_default_stream_count_are_at_the_defaults() {
     for (streams, at_defaults) in [("2", true), ("3", false)] {
-        let (_, rows) = bench_rows(
-            &format!("streams{streams}"),
-            &[
-                "--presets",
-                "tiny",
-                "--workloads",
-                "short-decode",
-                "--batches",
-                "1",
-                "--modes",
-                "overlapped",
-                "--prompt-len",
-                "4",
-                "--new-tokens",
-                "2",
-                "--prefill-reps",
-                "1",
-                "--streams",
-                streams,
-            ],
-        );
+        let args = [TINY_DECODE_ROW, &["--new-tokens", "2", "--streams", streams]].concat();
+        let (_, rows) = bench_rows(&format!("streams{streams}"), &args);
         assert!(!rows.is_empty());
         assert!(rows.iter().all(|r| r["at_defaults"] == at_defaults), "{rows:?}");
     }
@@ -346,35 +344,21 @@ fn bench_rows_at_the_default_stream_count_are_at_the_defaults() {
 /// set.
 #[test]
 fn bench_can_switch_the_fusions() {
-    let (out, rows) = bench_rows(
-        "nf",
-        &[
-            "--presets",
-            "tiny",
-            "--workloads",
-            "short-decode",
-            "--batches",
-            "1",
-            "--modes",
-            "overlapped",
-            "--prompt-len",
-            "4",
-            "--new-tokens",
-            "3",
-            "--prefill-reps",
-            "1",
-            "--norm-fusion",
-            "--no-rope-fusion",
-            "--begin-rule",
-            "wait-kernel",
-            "--poll-spin-ns",
-            "2000",
-            "--site",
-            "attn.o:placement=alone",
-            "--site",
-            "mlp.down:placement=alone,splits=1",
-        ],
-    );
+    let switches: &[&str] = &[
+        "--new-tokens",
+        "3",
+        "--norm-fusion",
+        "--no-rope-fusion",
+        "--begin-rule",
+        "wait-kernel",
+        "--poll-spin-ns",
+        "2000",
+        "--site",
+        "attn.o:placement=alone",
+        "--site",
+        "mlp.down:placement=alone,splits=1",
+    ];
+    let (out, rows) = bench_rows("nf", &[TINY_DECODE_ROW, switches].concat());
     let row = &rows[0];
     assert_eq!(
         row["site_overrides"],
@@ -436,21 +420,7 @@ fn bench_refuses_bad_requests_before_running() {
         );
     }
     fails_with(
-        &[
-            "bench",
-            "--presets",
-            "tiny",
-            "--workloads",
-            "short-decode",
-            "--batches",
-            "1",
-            "--modes",
-            "overlapped",
-            "--prompt-len",
-            "4",
-            "--site",
-            "mlp.down:config=999",
-        ],
+        &[&["bench"], TINY_DECODE_ROW, &["--site", "mlp.down:config=999"]].concat(),
         "GEMV config 999 does not exist",
     );
 }
@@ -590,25 +560,8 @@ fn generate_writes_a_trace_of_the_prefill_and_a_decode_step() {
 /// `megaops bench` of one short tiny-preset decode row, overlapped, traced into `dir`,
 /// with `extra` arguments; its stdout (the run must succeed).
 fn bench_traced(dir: &Path, extra: &[&str]) -> String {
-    let mut args = vec![
-        "bench",
-        "--presets",
-        "tiny",
-        "--workloads",
-        "short-decode",
-        "--batches",
-        "1",
-        "--modes",
-        "overlapped",
-        "--prompt-len",
-        "4",
-        "--new-tokens",
-        "4",
-        "--prefill-reps",
-        "1",
-        "--trace",
-        dir.to_str().expect("utf-8"),
-    ];
+    let mut args = [&["bench"], TINY_DECODE_ROW, &["--new-tokens", "4", "--trace"]].concat();
+    args.push(dir.to_str().expect("utf-8"));
     args.extend_from_slice(extra);
     let out = megaops(&args);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
