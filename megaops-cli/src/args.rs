@@ -275,7 +275,7 @@ pub struct Tune {
     #[arg(long, default_value_t = 30)]
     pub replays: usize,
     /// Streams the search starts from.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = megaops_models::DEFAULT_STREAMS)]
     pub streams: usize,
     /// With `--workload prefill`: the GEMMs of the prefill's projections (`rust`,
     /// `cublaslt[:<chunks>]`, whose chunk counts are then tuned instead of `matmul`
