@@ -111,6 +111,10 @@ pub struct Generate {
     /// `mlp.down:config=11` or `norm:config=3`).
     #[arg(long = "prefill-site", value_name = "SITE:KEY=VALUE,…")]
     pub prefill_sites: Vec<SiteOverride>,
+    /// Run the decode steps' add + RMSNorms behind the output and down projections (`on`)
+    /// or as kernels of their own (`off`), over the tuned plan's choice.
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    pub norm_after: Option<bool>,
     /// GEMMs of the prefill's projections: `auto` (per GEMM: one cuBLASLt chunk from 100
     /// GFLOP on, the kernel library's below; `auto:<GFLOP>` sets the threshold; the
     /// library's everywhere where libcublasLt is missing), `rust` (the kernel library's),
@@ -215,6 +219,11 @@ pub struct Bench {
     /// decode attention instead of inside it (overrides the tuned plan's choice).
     #[arg(long)]
     pub no_rope_fusion: bool,
+    /// Run the decode steps' add + RMSNorms behind the output and down projections, in
+    /// their last CTA (`on`), or as kernels of their own (`off`); overrides the tuned
+    /// plan's choice.
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    pub norm_after: Option<bool>,
     /// A site's knobs by hand, over the tuned plan's, in the plan of each row's workload
     /// (the decode step's, or the prefill's): `<site>:<key>=<value>,…`, e.g.
     /// `mlp.down:placement=alone` or `mlp.gate_up:config=0,splits=2` (repeatable; see
@@ -353,5 +362,14 @@ impl SyncArgs {
             device.set_poll_spin(std::time::Duration::from_nanos(ns))?;
         }
         Ok(())
+    }
+}
+
+/// `on` / `off` as a flag's value.
+fn on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("`{s}`: expected `on` or `off`")),
     }
 }

@@ -5,6 +5,7 @@ use crate::args::{Bench, ModelArgs};
 use crate::run::{device, load, open};
 use megaops_models::bench::{self, BenchRow, BenchSpec, Breakdown, Mode, Workload};
 use megaops_models::layers::GemmBackend;
+use megaops_models::model::DEFAULT_NORM_AFTER;
 use megaops_models::tune::StepPlan;
 use megaops_models::{DEFAULT_STREAMS, ModelError, Result};
 use std::io::Write;
@@ -127,6 +128,7 @@ pub fn run_bench(b: Bench) -> Result<()> {
                 && s.prefill_gemm == GemmBackend::default()
                 && !b.norm_fusion
                 && !b.no_rope_fusion
+                && b.norm_after.is_none()
                 && b.sites.is_empty()
                 && b.streams.is_none_or(|s| s == DEFAULT_STREAMS)
                 && b.sync.is_default();
@@ -135,6 +137,9 @@ pub fn run_bench(b: Bench) -> Result<()> {
             }
             if b.no_rope_fusion {
                 plan.fuse_rope = Some(false);
+            }
+            if let Some(on) = b.norm_after {
+                plan.norm_after = Some(on);
             }
             for &over in &b.sites {
                 plan.override_site(over);
@@ -235,11 +240,24 @@ fn table(model: &str, rows: &[BenchRow]) -> String {
         .filter(|r| r.prefill_gemm != GemmBackend::default().name() && !mixed)
         .map(|r| format!(" (prefill GEMMs: {})", r.prefill_gemm))
         .unwrap_or_default();
-    let fusion = match (rows.iter().any(|r| r.norm_fusion), rows.iter().any(|r| !r.rope_fusion)) {
-        (false, false) => "",
-        (true, false) => " (norm fusion on)",
-        (false, true) => " (rope fusion off)",
-        (true, true) => " (norm fusion on, rope fusion off)",
+    let mut fusions = Vec::new();
+    if rows.iter().any(|r| r.norm_fusion) {
+        fusions.push("norm fusion on");
+    }
+    if rows.iter().any(|r| !r.rope_fusion) {
+        fusions.push("rope fusion off");
+    }
+    if rows.iter().any(|r| r.norm_after != DEFAULT_NORM_AFTER) {
+        fusions.push(if DEFAULT_NORM_AFTER {
+            "norms after off"
+        } else {
+            "norms after on"
+        });
+    }
+    let fusion = if fusions.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", fusions.join(", "))
     };
     let sites = rows
         .first()

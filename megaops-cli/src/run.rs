@@ -181,6 +181,9 @@ fn run_generate(g: Generate) -> Result<()> {
     for &over in &g.sites {
         opts.plan.override_site(over);
     }
+    if let Some(on) = g.norm_after {
+        opts.plan.norm_after = Some(on);
+    }
     // A prefill plan is tuned for prompts of the prefill workload's length; shorter ones
     // keep the planners' GEMM configs.
     if workload == Workload::LongDecode {

@@ -3,12 +3,15 @@
 //! the vector and the scalar path (`k % 8 != 0`), m = 1…16, the new residual bit for bit,
 //! poisoned outputs and scratch, repeated launches; the planner's fusion rule; a chain of
 //! `Tiled` tensors on an AsyncStream whose consumers read both outputs; bad input; and
-//! (with a GPU) the decode shapes of Qwen3 and Llama-3.
+//! (with a GPU) the decode shapes of Qwen3 and Llama-3. The same for the projection with
+//! the add + RMSNorm behind it (`gemv_add_rmsnorm`), against `gemv` then `add_rmsnorm`.
 
 use megaops::testing::{assert_close, cpu_device, fresh_seed, gpu_or_skip, random};
 use megaops::{AsyncStream, Device, DynGrid, DynRows, Error, LaunchOptions, Result, Stream, Tensor, Tiled, bf16};
 use megaops_kernels::gemv::plan::{self, AddNorm, Pick, Placement};
-use megaops_kernels::gemv::{NORM_PROLOGUE_MAX_ELEMS, add_rmsnorm_gate_up_silu, add_rmsnorm_gemv, gate_up_silu, gemv};
+use megaops_kernels::gemv::{
+    NORM_PROLOGUE_MAX_ELEMS, add_rmsnorm_gate_up_silu, add_rmsnorm_gemv, gate_up_silu, gemv, gemv_add_rmsnorm,
+};
 use megaops_kernels::norm::add_rmsnorm;
 
 /// bf16 NaN: every element a kernel forgets to write fails the comparison.
@@ -508,6 +511,404 @@ fn fused_projections_on_the_gpu_at_model_shapes() -> Result<()> {
             assert_eq!(b.res_out.to_vec()?, residual(&p.x, &p.res), "{what}: res_out");
             let want = gate_up_ref(&p.xn(), &f64s(&p.w), m, inter, hidden);
             assert_close(&what, &h.to_vec()?, &want, TOL_BF16);
+        }
+    }
+    Ok(())
+}
+
+/// Inputs of one projection with the add + RMSNorm behind it (`gemv_add_rmsnorm`):
+/// `x` `[m, k]`, `w` `[n, k]`, the residual and norm weight over the `n` outputs.
+struct After {
+    x: Vec<bf16>,
+    w: Vec<bf16>,
+    res: Vec<bf16>,
+    norm_w: Vec<bf16>,
+}
+
+impl After {
+    fn new(m: usize, n: usize, k: usize, seed: u64) -> After {
+        After {
+            x: random(m * k, 1.0, seed),
+            w: random(n * k, 2.0 / (k as f64).sqrt(), seed ^ 1),
+            res: random(m * n, 2.0, seed ^ 2),
+            norm_w: random(n, 1.5, seed ^ 3),
+        }
+    }
+}
+
+/// `gemv_add_rmsnorm` with `config` against the same config of `gemv` followed by
+/// `add_rmsnorm` (the new residual bit for bit: the same projection bits), the normalised
+/// rows against f64 from those bits and the projection against f64; two launches on the
+/// same scratch (the ticket must be re-armed by the first), outputs poisoned each time.
+fn check_norm_after(dev: &Device, m: usize, n: usize, k: usize, config: usize, seed: u64) -> Result<()> {
+    let s = Stream::new(dev)?;
+    let mut scratch = plan::NormAfterScratch::new(dev, m, n)?;
+    for round in 0..2u64 {
+        let p = After::new(m, n, k, seed ^ (round << 40));
+        let t = |shape: &[usize], v: &[bf16]| Tensor::from_slice(dev, shape, v);
+        let (x, w, res, nw) = (
+            t(&[m, k], &p.x)?,
+            t(&[n, k], &p.w)?,
+            t(&[m, n], &p.res)?,
+            t(&[n], &p.norm_w)?,
+        );
+        let mut xn = Tensor::full(dev, &[m, n], POISON)?;
+        let mut res_out = Tensor::full(dev, &[m, n], POISON)?;
+        let (mu, nu, ku) = (m as u32, n as u32, k as u32);
+        let opts = LaunchOptions::config(config);
+        gemv_add_rmsnorm::launch_with(
+            &s,
+            &opts,
+            &x,
+            &w,
+            &res,
+            &nw,
+            &mut scratch.y,
+            &mut scratch.ticket,
+            &mut xn,
+            &mut res_out,
+            mu,
+            nu,
+            ku,
+            EPS,
+        )?;
+        let mut y = Tensor::full(dev, &[m, n], POISON)?;
+        gemv::launch_with(&s, &opts, &x, &w, &mut y, mu, nu, ku)?;
+        let yv = y.to_vec()?;
+        let what = format!("gemv_add_rmsnorm m={m} n={n} k={k} config {config} round {round}");
+        assert_close(
+            &format!("{what}: projection"),
+            &yv,
+            &matmul_nt(&f64s(&p.x), &f64s(&p.w), m, n, k),
+            TOL_BF16,
+        );
+        let sum = residual(&yv, &p.res);
+        assert_eq!(res_out.to_vec()?, sum, "{what}: res_out");
+        assert_close(
+            &format!("{what}: xn"),
+            &xn.to_vec()?,
+            &normed(&sum, &p.norm_w, n),
+            TOL_BF16,
+        );
+        assert_eq!(scratch.ticket.to_vec()?, [0], "{what}: the ticket is re-armed");
+    }
+    Ok(())
+}
+
+#[test]
+fn norm_after_every_config_and_path_on_the_cpu_backend() -> Result<()> {
+    let seed = fresh_seed("norm_after_every_config_and_path_on_the_cpu_backend");
+    let dev = cpu_device(seed)?;
+    for config in 0..gemv_add_rmsnorm::CONFIGS.len() {
+        let sd = seed.wrapping_add(config as u64);
+        // The norm's chunks over all warps (n % 256 == 0, up to the bound at m = 16), one
+        // warp per row (n % 8 == 0 only), its scalar path (n % 8 != 0), and the GEMV's
+        // 2-byte path (k % 8 != 0); n not a multiple of any tile.
+        check_norm_after(
+            &dev,
+            [1, 3, 16][config % 3],
+            [256, 512, 1024][config % 3],
+            96,
+            config,
+            sd,
+        )?;
+        check_norm_after(&dev, [2, 9][config % 2], 136, 64, config, sd ^ 0x11)?;
+        check_norm_after(&dev, 3, 150, 48, config, sd ^ 0x22)?;
+        check_norm_after(&dev, 2, 70, 44, config, sd ^ 0x33)?;
+    }
+    Ok(())
+}
+
+/// The planner takes the projection's own choice with the norm behind it, and declines
+/// (the norm then runs as its own kernel) above one CTA's bound or where the projection
+/// would split k.
+#[test]
+fn the_planner_fuses_the_norm_behind_small_unsplit_projections() -> Result<()> {
+    let fuse = |pick: Pick, m: u32, n: u32, k: u32| {
+        plan::fuse_norm_after(pick, m, n, k, 132, plan::MAX_SPLITS, Placement::Alone)
+    };
+    // Qwen3-0.6B's O projection at m = 1 and 16: the plain kernel's choice.
+    for m in [1, 16] {
+        let c = fuse(Pick::default(), m, 1024, 2048)?.expect("small O projection fuses");
+        let plain = plan::choose(gemv::CONFIGS, 1, m, 1024, 2048, 132, plan::MAX_SPLITS, Placement::Alone)?;
+        assert_eq!(c, plain);
+        assert_eq!(gemv_add_rmsnorm::CONFIGS[c.config].name, gemv::CONFIGS[c.config].name);
+    }
+    // Above the bound (Qwen3-8B's hidden size at m = 5): not fused.
+    assert!(fuse(Pick::default(), NORM_PROLOGUE_MAX_ELEMS / 4096 + 1, 4096, 4096)?.is_none());
+    // A split, the planner's for a narrow output or a pick: not fused.
+    assert!(fuse(Pick::default(), 1, 64, 4096)?.is_none());
+    let split = Pick {
+        config: None,
+        splits: Some(2),
+        placement: None,
+    };
+    assert!(fuse(split, 1, 1024, 2048)?.is_none());
+    // Without a split-K workspace the narrow output fuses unsplit, as it would run.
+    assert!(plan::fuse_norm_after(Pick::default(), 1, 64, 4096, 132, 1, Placement::Alone)?.is_some());
+    Ok(())
+}
+
+/// Producer → projection with the norm behind it → consumers of both outputs, on three
+/// streams, twice with re-armed tensors: `a = x·W1ᵀ` (column tiles) is its input, `r` (a
+/// row-tiled gemv output) its residual; a gemv reads `xn` whole and `add_rmsnorm` reads
+/// `r2` row by row, so each must see the signals of every CTA, including the last one,
+/// which wrote both.
+#[test]
+fn a_norm_after_projection_in_a_tiled_chain() -> Result<()> {
+    let seed = fresh_seed("a_norm_after_projection_in_a_tiled_chain");
+    for round in 0..3u64 {
+        let dev = cpu_device(seed.wrapping_add(round))?;
+        let s = AsyncStream::new(&dev, 3)?;
+        let (m, k0, k, n, n2) = (4usize, 48usize, 128usize, 256usize, 80usize);
+        let r = seed ^ (round << 32);
+        let x0 = random::<bf16>(m * k0, 1.0, r);
+        let w1 = random::<bf16>(k * k0, 0.3, r ^ 1);
+        let wr = random::<bf16>(n * k0, 0.3, r ^ 2);
+        let w = random::<bf16>(n * k, 0.25, r ^ 3);
+        let nw = random::<bf16>(n, 1.2, r ^ 4);
+        let w2 = random::<bf16>(n2 * n, 0.2, r ^ 5);
+        let t = |shape: &[usize], v: &[bf16]| Tensor::from_slice(&dev, shape, v);
+        let (x0t, w1t, wrt, wt, nwt, w2t) = (
+            t(&[m, k0], &x0)?,
+            t(&[k, k0], &w1)?,
+            t(&[n, k0], &wr)?,
+            t(&[n, k], &w)?,
+            t(&[n], &nw)?,
+            t(&[n2, n], &w2)?,
+        );
+        let mut a = Tiled::<bf16, DynGrid>::new(&dev, &[m, k], DynGrid(16, 16), "a")?;
+        let mut res = Tiled::<bf16, DynRows>::new(&dev, &[m, n], DynRows(1), "res")?;
+        let mut xn = Tiled::<bf16, DynRows>::new(&dev, &[m, n], DynRows(1), "xn")?;
+        let mut res2 = Tiled::<bf16, DynRows>::new(&dev, &[m, n], DynRows(1), "res2")?;
+        let mut z = Tiled::<bf16, DynRows>::new(&dev, &[m, n2], DynRows(1), "z")?;
+        let mut zn = Tiled::<bf16, DynRows>::new(&dev, &[m, n], DynRows(1), "zn")?;
+        let mut zr = Tensor::full(&dev, &[m, n], POISON)?;
+        let mut scratch = plan::NormAfterScratch::new(&dev, m, n)?;
+        let (mu, k0u, ku, nu, n2u) = (m as u32, k0 as u32, k as u32, n as u32, n2 as u32);
+        for pass in 0..2usize {
+            if pass == 1 {
+                for tiled in [&mut res, &mut xn, &mut res2, &mut z, &mut zn] {
+                    tiled.rearm();
+                }
+                a.rearm();
+            }
+            let cfg = |i: usize| LaunchOptions::config((i + round as usize + pass) % gemv::CONFIGS.len());
+            gemv::launch_with(&s, &cfg(0), &x0t, &wrt, &mut res, mu, nu, k0u)?;
+            gemv::launch_with(&s, &cfg(1), &x0t, &w1t, &mut a, mu, ku, k0u)?;
+            gemv_add_rmsnorm::launch_with(
+                &s,
+                &cfg(2),
+                &a,
+                &wt,
+                &res,
+                &nwt,
+                &mut scratch.y,
+                &mut scratch.ticket,
+                &mut xn,
+                &mut res2,
+                mu,
+                nu,
+                ku,
+                EPS,
+            )?;
+            gemv::launch_with(&s, &cfg(3), &xn, &w2t, &mut z, mu, n2u, nu)?;
+            add_rmsnorm::launch_with(
+                &s,
+                &LaunchOptions::config(0),
+                &res2,
+                &res2,
+                &nwt,
+                &mut zn,
+                &mut zr,
+                mu,
+                nu,
+                EPS,
+            )?;
+            s.synchronize()?;
+            let what = |stage: &str| format!("chain round {round} pass {pass}: {stage}");
+            let proj = matmul_nt(&f64s(&a.to_vec()?), &f64s(&w), m, n, k);
+            let proj: Vec<bf16> = proj.iter().map(|v| bf16::from_f64(*v)).collect();
+            let r2 = res2.to_vec()?;
+            assert_close(&what("res_out"), &r2, &f64s(&residual(&proj, &res.to_vec()?)), TOL_BF16);
+            let xv = xn.to_vec()?;
+            assert_close(&what("xn"), &xv, &normed(&r2, &nw, n), TOL_BF16);
+            assert_close(
+                &what("z"),
+                &z.to_vec()?,
+                &matmul_nt(&f64s(&xv), &f64s(&w2), m, n2, n),
+                TOL_BF16,
+            );
+            assert_close(
+                &what("zn"),
+                &zn.to_vec()?,
+                &normed(&residual(&r2, &r2), &nw, n),
+                TOL_BF16,
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn norm_after_bad_input_is_refused_before_launch() -> Result<()> {
+    let seed = fresh_seed("norm_after_bad_input_is_refused_before_launch");
+    let dev = cpu_device(seed)?;
+    let s = Stream::new(&dev)?;
+    let (m, n, k) = (2usize, 64usize, 32usize);
+    let p = After::new(m, n, k, seed);
+    let t = |shape: &[usize], v: &[bf16]| Tensor::from_slice(&dev, shape, v);
+    let (x, w, res) = (t(&[m, k], &p.x)?, t(&[n, k], &p.w)?, t(&[m, n], &p.res)?);
+    let mut xn = Tensor::full(&dev, &[m, n], POISON)?;
+    let mut res_out = Tensor::full(&dev, &[m, n], POISON)?;
+    let mut scratch = plan::NormAfterScratch::new(&dev, m, n)?;
+    // A norm weight over k instead of n.
+    let wrong = t(&[k], &p.norm_w[..k])?;
+    let err = plan::linear_norm_after_with(
+        &s,
+        &LaunchOptions::default(),
+        Pick::default(),
+        &x,
+        &w,
+        plan::NormAfter {
+            res: &res,
+            weight: &wrong,
+            xn: &mut xn,
+            res_out: &mut res_out,
+            eps: EPS,
+        },
+        &mut scratch,
+        (m as u32, n as u32, k as u32),
+        1,
+        Placement::Alone,
+    )
+    .expect_err("a norm weight of the wrong length");
+    assert!(matches!(err, Error::Shape { .. }), "{err}");
+    assert!(err.to_string().contains("norm weight"), "{err}");
+    // More rows than one CTA normalises: refused by the kernel's own check.
+    let big = NORM_PROLOGUE_MAX_ELEMS as usize / n + 1;
+    let xb = Tensor::full(&dev, &[big, k], bf16::ONE)?;
+    let rb = Tensor::full(&dev, &[big, n], bf16::ONE)?;
+    let mut xnb = Tensor::full(&dev, &[big, n], POISON)?;
+    let mut rob = Tensor::full(&dev, &[big, n], POISON)?;
+    let mut sb = plan::NormAfterScratch::new(&dev, big, n)?;
+    let nw = t(&[n], &p.norm_w)?;
+    let err = gemv_add_rmsnorm::launch(
+        &s,
+        &xb,
+        &w,
+        &rb,
+        &nw,
+        &mut sb.y,
+        &mut sb.ticket,
+        &mut xnb,
+        &mut rob,
+        big as u32,
+        n as u32,
+        k as u32,
+        EPS,
+    )
+    .expect_err("m · n above the bound");
+    assert!(matches!(err, Error::Launch { .. }), "{err}");
+    assert!(err.to_string().contains("NORM_PROLOGUE_MAX_ELEMS"), "{err}");
+    // A scratch too small for the projection.
+    let mut small = plan::NormAfterScratch::new(&dev, 1, n)?;
+    let err = gemv_add_rmsnorm::launch(
+        &s,
+        &x,
+        &w,
+        &res,
+        &nw,
+        &mut small.y,
+        &mut small.ticket,
+        &mut xn,
+        &mut res_out,
+        m as u32,
+        n as u32,
+        k as u32,
+        EPS,
+    )
+    .expect_err("a scratch of one row for two");
+    assert!(err.to_string().contains('y'), "{err}");
+    // Nothing ran: the outputs are still poisoned.
+    assert!(xn.to_vec()?.iter().all(|v| v.to_bits() == POISON.to_bits()));
+    assert!(res_out.to_vec()?.iter().all(|v| v.to_bits() == POISON.to_bits()));
+    Ok(())
+}
+
+/// The O and down projections of the benchmarked models with the norm behind them,
+/// through the planner as the engine plans them (alone, split-K allowed), at every m it
+/// fuses, against the unfused pair.
+#[test]
+fn norm_after_projections_on_the_gpu_at_model_shapes() -> Result<()> {
+    let Some(dev) = gpu_or_skip("norm_after_projections_on_the_gpu_at_model_shapes") else {
+        return Ok(());
+    };
+    let seed = fresh_seed("norm_after_projections_on_the_gpu_at_model_shapes");
+    // (hidden, inter, q) of Qwen3-0.6B, Qwen3-1.7B, Qwen3-8B, Llama-3.2-1B.
+    let models = [
+        (1024usize, 3072usize, 2048usize),
+        (2048, 6144, 2048),
+        (4096, 12288, 4096),
+        (2048, 8192, 2048),
+    ];
+    let s = Stream::new(&dev)?;
+    for (i, &(hidden, inter, q)) in models.iter().enumerate() {
+        for m in [1usize, 4, 16] {
+            if m * hidden > NORM_PROLOGUE_MAX_ELEMS as usize {
+                continue;
+            }
+            for (j, k) in [q, inter].into_iter().enumerate() {
+                let n = hidden;
+                let sd = seed.wrapping_add(100 * i as u64 + 10 * m as u64 + j as u64);
+                let p = After::new(m, n, k, sd);
+                let t = |shape: &[usize], v: &[bf16]| Tensor::from_slice(&dev, shape, v);
+                let (x, w, res, nw) = (
+                    t(&[m, k], &p.x)?,
+                    t(&[n, k], &p.w)?,
+                    t(&[m, n], &p.res)?,
+                    t(&[n], &p.norm_w)?,
+                );
+                let mut xn = Tensor::full(&dev, &[m, n], POISON)?;
+                let mut res_out = Tensor::full(&dev, &[m, n], POISON)?;
+                let mut scratch = plan::NormAfterScratch::new(&dev, m, n)?;
+                let dims = (m as u32, n as u32, k as u32);
+                let c = plan::linear_norm_after_with(
+                    &s,
+                    &LaunchOptions::default(),
+                    Pick::default(),
+                    &x,
+                    &w,
+                    plan::NormAfter {
+                        res: &res,
+                        weight: &nw,
+                        xn: &mut xn,
+                        res_out: &mut res_out,
+                        eps: EPS,
+                    },
+                    &mut scratch,
+                    dims,
+                    plan::MAX_SPLITS,
+                    Placement::Alone,
+                )?
+                .expect("the projection fuses");
+                let mut y = Tensor::full(&dev, &[m, n], POISON)?;
+                gemv::launch_with(
+                    &s,
+                    &LaunchOptions::config(c.config),
+                    &x,
+                    &w,
+                    &mut y,
+                    dims.0,
+                    dims.1,
+                    dims.2,
+                )?;
+                let yv = y.to_vec()?;
+                let what = format!("norm after m={m} n={n} k={k} ({c:?})");
+                let sum = residual(&yv, &p.res);
+                assert_eq!(res_out.to_vec()?, sum, "{what}: res_out");
+                assert_close(&what, &xn.to_vec()?, &normed(&sum, &p.norm_w, n), TOL_BF16);
+            }
         }
     }
     Ok(())

@@ -203,6 +203,9 @@ pub struct BenchRow {
     /// Whether decode attention ran the QK-norm, RoPE and cache write itself
     /// ([`StepPlan::fuse_rope`]).
     pub rope_fusion: bool,
+    /// Whether the decode steps ran their add + RMSNorms behind the output and down
+    /// projections ([`StepPlan::norm_after`]).
+    pub norm_after: bool,
     /// The device's begin rule for overlapping launches (`wait-kernel`, `start-event`).
     pub begin_rule: String,
     /// The device's poll spin of tile waits, ns.
@@ -405,6 +408,7 @@ pub fn run(
         prefill_gemm: gemm.name(),
         norm_fusion: decode_plan.fuse_norms.unwrap_or(false),
         rope_fusion: decode_plan.fuse_rope.unwrap_or(true),
+        norm_after: decode_plan.norm_after.unwrap_or(crate::model::DEFAULT_NORM_AFTER),
         begin_rule: device.begin_rule().name().into(),
         poll_spin_ns: device.poll_spin().as_nanos() as u64,
         one_chunk_on_lane: device.one_chunk_on_lane(),

@@ -11,7 +11,7 @@ use crate::config::{Architecture, Config};
 use crate::error::{ModelError, Result};
 use crate::layers::attention::{Attention, AttentionDims, AttentionKind, KvCache, Positions};
 use crate::layers::config_where;
-use crate::layers::decoder::{DecoderLayer, LayerActivations, row_tile};
+use crate::layers::decoder::{DecoderLayer, LayerActivations, NextNorm, row_tile};
 use crate::layers::layout::PassLayout;
 use crate::layers::mlp::{DECODE_MAX_M, Mlp, MlpConfig};
 use crate::layers::prefill_gemm::PrefillGemm;
@@ -181,6 +181,9 @@ impl Model {
             v,
             h,
         )?;
+        if pass.norm_after && pass.m <= DECODE_MAX_M {
+            return self.forward_norm_after(on, caches, pos, pass);
+        }
         for (l, (layer, cache)) in self.layers.iter().zip(caches.iter_mut()).enumerate() {
             let _range = megaops::nvtx::range(|| format!("layer {l}"));
             if l == 0 {
@@ -210,6 +213,54 @@ impl Model {
             h,
             c.eps(),
         )?;
+        Ok(())
+    }
+}
+
+impl Model {
+    /// The layers of [`Model::forward`] after the embedding, each add + RMSNorm run behind
+    /// the projection before it ([`DecoderLayer::forward_norm_after`]): layer `l`'s down
+    /// projection writes layer `l + 1`'s normalised input and residual into the other
+    /// activation set, the last layer's the final norm's output.
+    fn forward_norm_after(
+        &self,
+        on: &impl LaunchTarget,
+        caches: &mut [KvCache],
+        pos: &Positions<'_>,
+        pass: &mut Pass,
+    ) -> Result<()> {
+        let layers = self.layers.len();
+        for (l, (layer, cache)) in self.layers.iter().zip(caches.iter_mut()).enumerate() {
+            let _range = megaops::nvtx::range(|| format!("layer {l}"));
+            let (a, b) = pass.sets.split_at_mut(1);
+            let (acts, other) = if l % 2 == 0 {
+                (&mut a[0], b.first_mut())
+            } else {
+                (&mut b[0], Some(&mut a[0]))
+            };
+            let next = match (self.layers.get(l + 1), other) {
+                (Some(following), Some(other)) => {
+                    let (xn, res_out) = other.input_mut();
+                    NextNorm {
+                        weight: following.input_norm(),
+                        xn,
+                        res_out,
+                    }
+                }
+                (None, _) => NextNorm {
+                    weight: &self.norm,
+                    xn: &mut pass.xf,
+                    res_out: &mut pass.res_f,
+                },
+                (Some(_), None) => {
+                    return Err(ModelError::Request(format!(
+                        "a pass with one activation set for {layers} layers"
+                    )));
+                }
+            };
+            let embedded = (l == 0).then_some(&pass.x);
+            layer.forward_norm_after(on, embedded, cache, pos, acts, next)?;
+        }
         Ok(())
     }
 }
@@ -336,6 +387,10 @@ impl CausalLm {
     }
 }
 
+/// Whether a decode pass runs its add + RMSNorms behind the projections before them unless
+/// a plan says otherwise ([`Pass::set_norm_after`]).
+pub const DEFAULT_NORM_AFTER: bool = false;
+
 /// The tensors of one forward pass of `m` token rows: `batch` sequences of one new token
 /// each (decode, `m = batch`) or of `seq` prompt tokens each (prefill, `m = batch · seq`,
 /// sequence-major). Data tilings: rows of 1 up to 16 rows, rows of 64 above (the paper's
@@ -357,6 +412,9 @@ pub struct Pass {
     argmax_ws: ArgmaxWorkspace,
     /// The tuner's LM head choice (unset: the planner's).
     lm_head_choice: SiteChoice,
+    /// Whether a decode pass runs each add + RMSNorm behind the projection before it
+    /// ([`Pass::set_norm_after`]).
+    norm_after: bool,
 }
 
 impl Pass {
@@ -418,6 +476,7 @@ impl Pass {
             ids: Tiled::new(device, &[batch], DynChunks(1), "next_ids")?,
             argmax_ws: ArgmaxWorkspace::new(device, batch, c.vocab_size)?,
             lm_head_choice: SiteChoice::default(),
+            norm_after: DEFAULT_NORM_AFTER,
         })
     }
 
@@ -431,7 +490,18 @@ impl Pass {
         self.lm_head_choice = plan.site(Site::LmHead);
         self.set_norm_fusion(plan.fuse_norms.unwrap_or(false))?;
         self.set_rope_fusion(plan.fuse_rope.unwrap_or(true));
+        self.set_norm_after(plan.norm_after.unwrap_or(DEFAULT_NORM_AFTER));
         Ok(())
+    }
+
+    /// Whether a decode pass runs each layer's add + RMSNorms behind the projections before
+    /// them, the output projection and the down projection (`gemv::gemv_add_rmsnorm`,
+    /// where the GEMV planner fuses them; [`DEFAULT_NORM_AFTER`] unless a plan says
+    /// otherwise). When on, the norms are not fused into the projections after them
+    /// ([`Pass::set_norm_fusion`] changes nothing on the decode path). Prefill passes keep
+    /// their norms as kernels of their own.
+    pub fn set_norm_after(&mut self, on: bool) {
+        self.norm_after = on;
     }
 
     /// Whether every layer's decode attention runs the QK-norm, RoPE and KV-cache write

@@ -579,6 +579,62 @@ fn decode_fuses_the_add_norms_into_the_projections() {
     }
 }
 
+/// With the norms behind the projections (`StepPlan::norm_after`) the decode step runs
+/// each layer's MLP norm inside its output projection and the next layer's (or the final)
+/// norm inside its down projection (`gemv_add_rmsnorm`): only layer 0's attention norm
+/// stays a kernel, `2·layers` kernels fewer a step. Tokens match the norms as kernels,
+/// logits within the f32 sum-order difference, and both match the reference, for Qwen3
+/// and Llama-3, with norm fusion on too (which the norms behind take precedence over).
+#[test]
+fn decode_runs_the_norms_behind_the_projections() {
+    for name in ["tiny", "tiny-llama"] {
+        let seed = fresh_seed("decode_runs_the_norms_behind_the_projections");
+        let dev = cpu_device(seed).expect("cpu device");
+        let (config, _, lm) = load(&dev, name, seed);
+        let layers = config.num_hidden_layers;
+        let kernels = ["rmsnorm", "add_rmsnorm", "gemv", "gemv_add_rmsnorm", "add_rmsnorm_gemv"];
+        let launches = |after: Option<bool>, fuse_norms: Option<bool>| {
+            let plan = StepPlan {
+                norm_after: after,
+                fuse_norms,
+                ..StepPlan::default()
+            };
+            decode_launch_counts(&dev, &lm, plan, &kernels)
+        };
+        let (after_tokens, after_logits, after) = launches(Some(true), None);
+        assert_eq!(
+            after,
+            [1, 0, layers, 2 * layers, 0],
+            "{name}: QKV alone is a plain gemv"
+        );
+        assert_eq!(
+            launches(Some(true), Some(true)).2,
+            after,
+            "{name}: with norm fusion asked for"
+        );
+        let (plain_tokens, plain_logits, plain) = launches(None, None);
+        assert_eq!(launches(Some(false), None).2, plain, "{name}");
+        assert_eq!(plain, [1, 2 * layers, 3 * layers, 0, 0], "{name}: the norms as kernels");
+        assert_eq!(after_tokens, plain_tokens, "{name}");
+        for (a, p) in after_logits.iter().flatten().zip(plain_logits.iter().flatten()) {
+            assert!(
+                (a - p).abs() <= 0.05 * (1.0 + p.abs()),
+                "{name}: logits {a} against {p}"
+            );
+        }
+        check_plan_against_reference(
+            name,
+            vec![vec![5, 9, 2], vec![8, 8, 1]],
+            4,
+            |d| AsyncStream::new(d, 3).expect("stream"),
+            StepPlan {
+                norm_after: Some(true),
+                ..StepPlan::default()
+            },
+        );
+    }
+}
+
 /// By default (`StepPlan::fuse_rope` unset) the decode step runs each layer's QK-norm,
 /// RoPE and cache write inside decode attention (`decode_attention_rope`), with the
 /// fusion off as `qk_norm_rope` then `decode_attention`: the same tokens and logits bit

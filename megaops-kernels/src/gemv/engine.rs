@@ -565,6 +565,30 @@ unsafe fn store_group<const BN: u32, const WK: u32, const RG: usize, const SILU:
     }
 }
 
+/// Publishes every store the CTA made before the call and takes a ticket on `counter`;
+/// returns `true` (in every thread) in the CTA that takes ticket `arrivals - 1`, the last
+/// of the `arrivals` CTAs sharing the counter, which then sees all their stores: thread 0
+/// acquired every CTA's release and the barrier passes it on. The caller resets the
+/// counter. Emits `fence.acq_rel.gpu`, `bar.sync`, `atom.acq_rel.gpu.global.add.u32` and
+/// `bar.red.or`.
+///
+/// # Safety
+/// Every thread of the CTA calls it; `counter` is valid, counts only these `arrivals`
+/// CTAs, and started at 0.
+#[inline(always)]
+pub unsafe fn last_to_arrive(counter: *mut u32, arrivals: u32) -> bool {
+    // Release: every thread's stores, then (after the barrier) one ticket.
+    fence::fence(AcqRel, Gpu);
+    thread::sync_threads();
+    let mut last = false;
+    if thread::linear_thread_idx() == 0 {
+        // SAFETY: valid counter (caller's contract).
+        let ticket = unsafe { atomic::global::add(counter, 1u32, AcqRel, Gpu) };
+        last = ticket == arrivals - 1;
+    }
+    thread::sync_threads_or(last)
+}
+
 /// Split-K: publishes the CTA's partial sums and takes a ticket; the CTA that arrives last
 /// for its column tile sums all splits' partials in split order (deterministic), writes
 /// the output tile and re-arms the ticket counter.
@@ -577,20 +601,11 @@ unsafe fn reduce_splits<const BN: u32, const WK: u32, const RG: usize, const SIL
     ep: &Epilogue<O>,
 ) {
     let tid = thread::linear_thread_idx();
-    // Release: every thread's partial stores, then (after the barrier) one ticket.
-    fence::fence(AcqRel, Gpu);
-    thread::sync_threads();
     let counter = ep.counters.wrapping_add(ep.tile as usize);
-    let mut last = false;
-    if tid == 0 {
-        // SAFETY: one counter per column tile (caller's contract).
-        let ticket = unsafe { atomic::global::add(counter, 1u32, AcqRel, Gpu) };
-        last = ticket == cta.splits - 1;
-    }
-    if !thread::sync_threads_or(last) {
+    // SAFETY: one counter per column tile, taken by its `splits` CTAs (caller's contract).
+    if !unsafe { last_to_arrive(counter, cta.splits) } {
         return;
     }
-    // The last CTA: thread 0 acquired every split's release; the barrier passes that on.
     let threads = 2 * BN * WK;
     let mn = ep.m as usize * ep.n as usize;
     let total = ep.m * BN;

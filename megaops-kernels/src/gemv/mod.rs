@@ -10,6 +10,7 @@
 //! | [`gate_up_silu_splitk`] | the same with split-K | bf16 `[m, inter]` |
 //! | [`add_rmsnorm_gemv`] | `rmsnorm(x + res) · Wᵀ` (and `x + res`) | bf16 `[m, n]`, `[m, k]` |
 //! | [`add_rmsnorm_gate_up_silu`] | `gate_up_silu` of `rmsnorm(x + res)` (and `x + res`) | bf16 `[m, inter]`, `[m, k]` |
+//! | [`gemv_add_rmsnorm`] | `rmsnorm(x · Wᵀ + res)` (and `x · Wᵀ + res`), the norm in the last CTA | bf16 `[m, n]`, `[m, n]` |
 //! | [`lm_head`] | `x · W_vocabᵀ`, logits for sampling | **f32** `[m, vocab]` |
 //!
 //! # Kernel tiling
@@ -131,6 +132,10 @@ macro_rules! add_norm_gemv_configs {
         $($item)*
     };
 }
+
+mod norm_epilogue;
+#[cfg(not(target_arch = "nvptx64"))]
+pub use norm_epilogue::gemv_add_rmsnorm;
 
 /// The tile configs of [`gate_up_silu`] and [`gate_up_silu_splitk`]
 /// (`configs = gate_up_configs!`); table in [`gate_up_silu`]'s docs.

@@ -24,7 +24,9 @@
 //!   (`U = 2`) that reaches enough CTAs is then taken first, else the rule above among
 //!   the longer batches.
 
-use super::{add_rmsnorm_gate_up_silu, add_rmsnorm_gemv, gate_up_silu, gate_up_silu_splitk, gemv, gemv_splitk};
+use super::{
+    add_rmsnorm_gate_up_silu, add_rmsnorm_gemv, gate_up_silu, gate_up_silu_splitk, gemv, gemv_add_rmsnorm, gemv_splitk,
+};
 use megaops::launch::{AsInput, AsOutput, ConfigInfo};
 use megaops::{Device, Error, LaunchOptions, LaunchTarget, R2, Result, Tensor, bf16};
 
@@ -637,6 +639,113 @@ where
     GemvFamily::GateUp.launch_add_norm(on, opts, pick, norm, w_gate_up, h, scratch, (m, inter, k), placement)
 }
 
+/// The residual add and RMSNorm behind a projection ([`linear_norm_after_with`]): the
+/// residual added to the projection's output and what `norm::add_rmsnorm` would write.
+pub struct NormAfter<'a, R: ?Sized, N: ?Sized, O: ?Sized> {
+    /// The residual stream in, `[m, n]`.
+    pub res: &'a R,
+    /// The norm weight, `[n]`.
+    pub weight: &'a Tensor<bf16>,
+    /// The normalised rows, `[m, n]`.
+    pub xn: &'a mut N,
+    /// The residual stream out, `bf16(x · wᵀ + res)`, `[m, n]`.
+    pub res_out: &'a mut O,
+    /// The norm's epsilon.
+    pub eps: f32,
+}
+
+/// Scratch of [`gemv_add_rmsnorm`]: the projection's bf16 output before the norm and the
+/// launch's ticket. One per launch that may overlap another (sequential launches can
+/// share one).
+pub struct NormAfterScratch {
+    /// `[max_m · n]` bf16.
+    pub y: Tensor<bf16>,
+    /// One ticket counter, zero between launches.
+    pub ticket: Tensor<u32>,
+}
+
+impl NormAfterScratch {
+    /// Scratch for projections of up to `max_m` rows of `n` output columns.
+    pub fn new(device: &Device, max_m: usize, n: usize) -> Result<NormAfterScratch> {
+        let ticket = Tensor::zeros(device, &[1])?;
+        // Re-zeroed by the device after a failed launch (see `Device::register_tickets`).
+        device.register_tickets(&ticket);
+        Ok(NormAfterScratch {
+            y: Tensor::zeros(device, &[max_m.max(1) * n.max(1)])?,
+            ticket,
+        })
+    }
+}
+
+/// The planner's choice for a projection (`rg = 1`) that may run with the add + RMSNorm
+/// behind it ([`gemv_add_rmsnorm`], which shares [`gemv`]'s configs): the choice
+/// [`choose_with`] makes with `max_splits` (as the unfused projection would). `None`,
+/// meaning the add + RMSNorm runs as its own kernel after the projection, when `m · n` is
+/// above [`NORM_PROLOGUE_MAX_ELEMS`](super::NORM_PROLOGUE_MAX_ELEMS) (one CTA normalises
+/// the whole output) or the choice has a split.
+#[allow(clippy::too_many_arguments)]
+pub fn fuse_norm_after(
+    pick: Pick,
+    m: u32,
+    n: u32,
+    k: u32,
+    sms: u32,
+    max_splits: u32,
+    placement: Placement,
+) -> Result<Option<Choice>> {
+    if (m as u64) * (n as u64) > super::NORM_PROLOGUE_MAX_ELEMS as u64 {
+        return Ok(None);
+    }
+    let c = choose_with(gemv::CONFIGS, pick, 1, m, n, k, sms, max_splits, placement)?;
+    Ok((c.splits == 1).then_some(c))
+}
+
+/// `y = x · wᵀ` then the add + RMSNorm `norm` of `y` as one launch of
+/// [`gemv_add_rmsnorm`] when [`fuse_norm_after`] says so (returns its choice); `Ok(None)`,
+/// launching nothing, when the projection ([`linear_with`]) and `norm::add_rmsnorm` should
+/// run as two kernels. `max_splits` is the split-K limit of the unfused projection (1
+/// without a workspace).
+#[allow(clippy::too_many_arguments)]
+pub fn linear_norm_after_with<R, N, O>(
+    on: &impl LaunchTarget,
+    opts: &LaunchOptions,
+    pick: Pick,
+    x: &(impl AsInput<bf16, R2> + ?Sized),
+    w: &Tensor<bf16>,
+    norm: NormAfter<'_, R, N, O>,
+    scratch: &mut NormAfterScratch,
+    (m, n, k): (u32, u32, u32),
+    max_splits: u32,
+    placement: Placement,
+) -> Result<Option<Choice>>
+where
+    R: AsInput<bf16, R2> + ?Sized,
+    N: AsOutput<bf16, R2> + ?Sized,
+    O: AsOutput<bf16, R2> + ?Sized,
+{
+    let what = "linear_norm_after";
+    check_weight(what, w, n, k)?;
+    check_norm_weight(what, norm.weight, n)?;
+    let sms = on.device().sm_count();
+    let Some(c) = fuse_norm_after(pick, m, n, k, sms, max_splits, placement)? else {
+        return Ok(None);
+    };
+    let opts = LaunchOptions {
+        config: Some(c.config),
+        ..opts.clone()
+    };
+    let NormAfter {
+        res,
+        weight,
+        xn,
+        res_out,
+        eps,
+    } = norm;
+    let NormAfterScratch { y, ticket } = scratch;
+    gemv_add_rmsnorm::launch_with(on, &opts, x, w, res, weight, y, ticket, xn, res_out, m, n, k, eps)?;
+    Ok(Some(c))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -650,6 +759,7 @@ mod tests {
             gate_up_silu_splitk::CONFIGS,
             add_rmsnorm_gemv::CONFIGS,
             add_rmsnorm_gate_up_silu::CONFIGS,
+            gemv_add_rmsnorm::CONFIGS,
             super::super::lm_head::CONFIGS,
         ] {
             for c in configs {

@@ -1,7 +1,8 @@
 //! The residual add and RMSNorm in front of a block of a decoder layer
 //! (`h' = x + h; xn = rmsnorm(h') · w`), which the block either runs fused into its first
 //! projection (`gemv::add_rmsnorm_gemv` / `add_rmsnorm_gate_up_silu`, where the planner's
-//! `gemv::plan::fuse_add_norm` allows) or as its own `norm::add_rmsnorm` kernel.
+//! `gemv::plan::fuse_add_norm` allows) or as its own `norm::add_rmsnorm` kernel; and
+//! [`NormAfter`], the same norm run behind the previous block's last projection.
 
 use megaops::launch::AsInput;
 use megaops::{Device, DynRows, LaunchOptions, LaunchTarget, R2, Result, Tensor, Tiled, bf16};
@@ -60,6 +61,58 @@ impl<'a, X: AsInput<bf16, R2> + ?Sized> AddNormInput<'a, X> {
             res_out: self.res_out,
             eps: self.eps,
         }
+    }
+}
+
+/// The add + RMSNorm that follows a block (the next block's norm) when the block's last
+/// projection may run it behind its output (`gemv::gemv_add_rmsnorm`, where the planner's
+/// `gemv::plan::fuse_norm_after` allows; otherwise `norm::add_rmsnorm` after the
+/// projection): the residual it adds to the block's output and what it writes.
+pub struct NormAfter<'a> {
+    /// The residual stream in, `[m, h]`.
+    pub res: &'a Tiled<bf16, DynRows>,
+    /// The norm weight, `[h]`.
+    pub weight: &'a Tensor<bf16>,
+    /// The normalised rows, the next block's input; re-armed by whichever kernel writes it.
+    pub xn: &'a mut Tiled<bf16, DynRows>,
+    /// The residual stream out, `bf16(block output + res)`; re-armed likewise.
+    pub res_out: &'a mut Tiled<bf16, DynRows>,
+    /// The norm's epsilon.
+    pub eps: f32,
+    /// Launch options of `add_rmsnorm` when it runs as its own kernel.
+    pub opts: LaunchOptions,
+    /// The fused kernel's scratch; `None` runs the norm as its own kernel.
+    pub scratch: Option<&'a mut plan::NormAfterScratch>,
+}
+
+impl<'a> NormAfter<'a> {
+    /// The norm as its own kernel on the block's output `x`: `add_rmsnorm` over `m` rows
+    /// of `h`.
+    pub(crate) fn launch_after<X: AsInput<bf16, R2> + ?Sized>(
+        self,
+        on: &impl LaunchTarget,
+        x: &X,
+        m: u32,
+        h: u32,
+    ) -> Result<()> {
+        let NormAfter {
+            res,
+            weight,
+            xn,
+            res_out,
+            eps,
+            opts,
+            ..
+        } = self;
+        AddNormInput {
+            x,
+            res,
+            weight,
+            res_out,
+            eps,
+            opts,
+        }
+        .launch(on, xn, m, h)
     }
 }
 

@@ -13,7 +13,7 @@
 //! tensor-core GEMM above; attention is split-KV decode attention for one new token per
 //! sequence and causal flash attention over the cache for a prompt.
 
-use super::add_norm::{AddNormInput, FusedNorm};
+use super::add_norm::{AddNormInput, FusedNorm, NormAfter};
 use super::layout::PassLayout;
 use super::mlp::{DECODE_MAX_M, PREFILL_ROW_TILE, prefill_gemm_config};
 use super::prefill_gemm::PrefillGemm;
@@ -252,6 +252,33 @@ impl Attention {
         self.after_qkv(on, cache, pos, acts)
     }
 
+    /// [`Attention::forward`] with the add + RMSNorm that follows the block (`next`: the
+    /// MLP's norm, on `next.res` and the block's output) behind the output projection:
+    /// inside it on the decode path where the planner fuses it
+    /// (`gemv::gemv_add_rmsnorm`), else as `norm::add_rmsnorm` after it, writing
+    /// `next.xn` and `next.res_out` either way (not `acts.output()`, when fused).
+    pub fn forward_norm_after(
+        &self,
+        on: &impl LaunchTarget,
+        xn: &(impl AsInput<bf16, R2> + Shaped + ?Sized),
+        cache: &mut KvCache,
+        pos: &Positions<'_>,
+        acts: &mut AttentionActivations,
+        next: NormAfter<'_>,
+    ) -> Result<()> {
+        self.check(acts)?;
+        self.qkv(on, xn, acts)?;
+        self.attend(on, cache, pos, acts)?;
+        let p = Projection::o(&self.dims);
+        let split_k = acts.ws_o.is_some();
+        if let Some(next) = p.launch_norm_after(on, acts.choices[3], &acts.o, &self.w_o, next, split_k, acts.m)? {
+            self.o_proj(on, acts)?;
+            let (m, h) = (acts.m as u32, self.dims.hidden as u32);
+            next.launch_after(on, &acts.out, m, h)?;
+        }
+        Ok(())
+    }
+
     fn check(&self, acts: &AttentionActivations) -> Result<()> {
         if acts.dims != self.dims {
             return Err(ModelError::Request(format!(
@@ -287,9 +314,7 @@ impl Attention {
         Ok(())
     }
 
-    /// Everything after the QKV projection: QK-norm, RoPE and the cache write, attention
-    /// (one fused kernel on the decode path, [`AttentionActivations::set_rope_fusion`]),
-    /// the output projection.
+    /// Everything after the QKV projection: [`Attention::attend`], the output projection.
     fn after_qkv(
         &self,
         on: &impl LaunchTarget,
@@ -297,9 +322,21 @@ impl Attention {
         pos: &Positions<'_>,
         acts: &mut AttentionActivations,
     ) -> Result<()> {
+        self.attend(on, cache, pos, acts)?;
+        self.o_proj(on, acts)
+    }
+
+    /// QK-norm, RoPE and the cache write, and attention (one fused kernel on the decode
+    /// path, [`AttentionActivations::set_rope_fusion`]), into `acts.o`.
+    fn attend(
+        &self,
+        on: &impl LaunchTarget,
+        cache: &mut KvCache,
+        pos: &Positions<'_>,
+        acts: &mut AttentionActivations,
+    ) -> Result<()> {
         if acts.kind == AttentionKind::Decode && acts.fuse_rope && acts.m == cache.batch {
-            self.rope_attention(on, cache, pos, acts)?;
-            return self.o_proj(on, acts);
+            return self.rope_attention(on, cache, pos, acts);
         }
         let d = self.dims;
         let m = acts.m as u32;
@@ -388,7 +425,7 @@ impl Attention {
                 )?;
             }
         }
-        self.o_proj(on, acts)
+        Ok(())
     }
 
     /// The decode path's QK-norm, RoPE, cache write and attention in one kernel

@@ -14,8 +14,14 @@
 //! (MLP output, residual stream `res_mid`), which the next layer's first add + RMSNorm (or
 //! the final norm) sums; layer 0 takes the embedding as both its input and its residual (a
 //! plain RMSNorm, never fused).
+//!
+//! With the norms behind the projections ([`DecoderLayer::forward_norm_after`], a plan's
+//! `norm_after`) the output projection runs the MLP's add + RMSNorm in its last CTA, and
+//! the down projection the next layer's (or the final) one, writing the next layer's
+//! normalised input and residual directly (`gemv::gemv_add_rmsnorm`): five kernels a layer
+//! on the decode path (QKV, attention, O, gate/up, down) and no norm between them.
 
-use super::add_norm::AddNormInput;
+use super::add_norm::{AddNormInput, NormAfter};
 use super::attention::{Attention, AttentionActivations, AttentionDims, AttentionKind, KvCache, Positions};
 use super::layout::PassLayout;
 use super::mlp::{DECODE_MAX_M, Mlp, MlpActivations, MlpConfig, PREFILL_ROW_TILE};
@@ -23,6 +29,8 @@ use super::prefill_gemm::PrefillGemm;
 use crate::error::Result;
 use crate::tune::{Site, SiteChoice, StepPlan};
 use megaops::{Device, DynRows, LaunchOptions, LaunchTarget, Tensor, Tiled, bf16};
+use megaops_kernels::gemv::NORM_PROLOGUE_MAX_ELEMS;
+use megaops_kernels::gemv::plan::NormAfterScratch;
 use megaops_kernels::norm::rmsnorm;
 
 /// The weights of one decoder layer (cloning shares the device weights).
@@ -57,6 +65,67 @@ impl DecoderLayer {
     /// The MLP block.
     pub fn mlp(&self) -> &Mlp {
         &self.mlp
+    }
+
+    /// `input_layernorm.weight`, `[h]`.
+    pub fn input_norm(&self) -> &Tensor<bf16> {
+        &self.input_norm
+    }
+
+    /// The layer's epsilon of both norms.
+    pub fn eps(&self) -> f32 {
+        self.eps
+    }
+
+    /// Enqueues the layer with each add + RMSNorm run behind the projection before it
+    /// ([`NormAfter`]): on `embedded` (layer 0: the embedding, normalised here by a plain
+    /// RMSNorm into `acts`' normed input, and its own residual), or else on the normalised
+    /// input and residual the previous layer's down projection wrote into `acts`
+    /// ([`LayerActivations::input_mut`]). The output projection runs the MLP's norm, and
+    /// the down projection `next`, the norm of what follows the layer (the next layer's
+    /// input norm, or the model's final norm), into the tensors `next` names.
+    pub fn forward_norm_after(
+        &self,
+        on: &impl LaunchTarget,
+        embedded: Option<&Tiled<bf16, DynRows>>,
+        cache: &mut KvCache,
+        pos: &Positions<'_>,
+        acts: &mut LayerActivations,
+        next: NextNorm<'_>,
+    ) -> Result<()> {
+        let m = acts.m as u32;
+        let h = self.mlp.config().hidden as u32;
+        let opts = acts.norm.apply(Site::Norm, LaunchOptions::config(acts.norm_config()?));
+        let res = match embedded {
+            Some(x) => {
+                acts.xn.rearm();
+                rmsnorm::launch_with(on, &opts, x, &self.input_norm, &mut acts.xn, m, h, self.eps)?;
+                x
+            }
+            None => &acts.res_in,
+        };
+        let [after_o, after_down] = &mut acts.after;
+        let mid = NormAfter {
+            res,
+            weight: self.mlp.norm_weight(),
+            xn: acts.mlp.normed_mut(),
+            res_out: &mut acts.res_mid,
+            eps: self.eps,
+            opts: opts.clone(),
+            scratch: after_o.as_mut(),
+        };
+        self.attn
+            .forward_norm_after(on, &acts.xn, cache, pos, &mut acts.attn, mid)?;
+        let out = NormAfter {
+            res: &acts.res_mid,
+            weight: next.weight,
+            xn: next.xn,
+            res_out: next.res_out,
+            eps: self.eps,
+            opts,
+            scratch: after_down.as_mut(),
+        };
+        Ok(self.mlp.forward_norm_after(on, &mut acts.mlp, out)?)
     }
 
     /// Enqueues the layer on `input` (the previous layer's MLP output, or the embedding)
@@ -107,6 +176,18 @@ impl DecoderLayer {
     }
 }
 
+/// Where the add + RMSNorm that follows a layer writes when the layer's down projection
+/// runs it ([`DecoderLayer::forward_norm_after`]): the next layer's normalised input and
+/// residual stream ([`LayerActivations::input_mut`]), or the model's final norm.
+pub struct NextNorm<'a> {
+    /// The norm weight, `[h]`.
+    pub weight: &'a Tensor<bf16>,
+    /// The normalised rows, `[m, h]`.
+    pub xn: &'a mut Tiled<bf16, DynRows>,
+    /// The residual stream out, `[m, h]`.
+    pub res_out: &'a mut Tiled<bf16, DynRows>,
+}
+
 /// The `rmsnorm` / `add_rmsnorm` config (the two share one list) for `m` rows: one row
 /// per CTA (`BM = 1`) up to [`DECODE_MAX_M`] rows, four (`BM = 4`) above.
 pub(crate) fn norm_config(m: usize) -> megaops::Result<usize> {
@@ -135,6 +216,10 @@ pub struct LayerActivations {
     mlp: MlpActivations,
     /// The tuner's choice for both norms (unset: the defaults).
     norm: SiteChoice,
+    /// Scratch of the output and down projections with the norm behind them, on the
+    /// decode path ([`DecoderLayer::forward_norm_after`]; `None`: those norms run as
+    /// their own kernels).
+    after: [Option<NormAfterScratch>; 2],
 }
 
 impl LayerActivations {
@@ -165,6 +250,14 @@ impl LayerActivations {
             attn: AttentionActivations::new(device, dims, kind, m, layout, &format!("{name}.attn"))?,
             mlp: MlpActivations::with_col_tile(device, mlp, m, layout.tiles.act)?,
             norm: SiteChoice::default(),
+            after: if m <= DECODE_MAX_M && m * dims.hidden <= NORM_PROLOGUE_MAX_ELEMS as usize {
+                [
+                    Some(NormAfterScratch::new(device, m, dims.hidden)?),
+                    Some(NormAfterScratch::new(device, m, dims.hidden)?),
+                ]
+            } else {
+                [None, None]
+            },
         })
     }
 
@@ -205,6 +298,12 @@ impl LayerActivations {
     pub fn set_prefill_gemm(&mut self, gemm: &PrefillGemm) {
         self.attn.set_prefill_gemm(gemm.clone());
         self.mlp.set_prefill_gemm(gemm.clone());
+    }
+
+    /// The layer's normalised input and its residual stream in, which the previous
+    /// layer's down projection writes under [`DecoderLayer::forward_norm_after`].
+    pub fn input_mut(&mut self) -> (&mut Tiled<bf16, DynRows>, &mut Tiled<bf16, DynRows>) {
+        (&mut self.xn, &mut self.res_in)
     }
 
     /// The MLP output `[m, h]`.

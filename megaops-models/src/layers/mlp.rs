@@ -35,7 +35,7 @@
 //! before producing them, so it can be called again and again, and captured into a graph
 //! (`AsyncStream::capture`) that is replayed with new inputs written into `x`.
 
-use super::add_norm::{AddNormInput, FusedNorm};
+use super::add_norm::{AddNormInput, FusedNorm, NormAfter};
 use super::prefill_gemm::PrefillGemm;
 use super::projection::Projection;
 use crate::tune::SiteChoice;
@@ -436,6 +436,41 @@ impl Mlp {
         }
         norm.launch(on, &mut acts.xn, m, h)?;
         self.forward_projections(on, acts)
+    }
+
+    /// [`Mlp::forward_projections`] with the add + RMSNorm that follows the block (`next`:
+    /// the next layer's norm, or the final one, on `next.res` and the block's output)
+    /// behind the down projection: inside it on the decode path where the planner fuses
+    /// it (`gemv::gemv_add_rmsnorm`), else as `norm::add_rmsnorm` after it, writing
+    /// `next.xn` and `next.res_out` either way (not [`MlpActivations::output`], when fused).
+    pub fn forward_norm_after(
+        &self,
+        on: &impl LaunchTarget,
+        acts: &mut MlpActivations,
+        next: NormAfter<'_>,
+    ) -> Result<()> {
+        if acts.config != self.config {
+            return Err(Error::shape(format!(
+                "MLP forward: activations built for {:?}, block is {:?}",
+                acts.config, self.config
+            )));
+        }
+        let last = acts.path.stages().len() - 1;
+        for stage in 1..last {
+            self.projection_stage(on, acts, stage)?;
+        }
+        let down = Projection::down(self.config.hidden, self.config.inter);
+        let next = if acts.path == MlpPath::Decode {
+            let split_k = acts.ws_down.is_some();
+            down.launch_norm_after(on, acts.choices[1], &acts.act, &self.w_down, next, split_k, acts.m)?
+        } else {
+            Some(next)
+        };
+        if let Some(next) = next {
+            self.projection_stage(on, acts, last)?;
+            next.launch_after(on, &acts.out, acts.m as u32, self.config.hidden as u32)?;
+        }
+        Ok(())
     }
 
     /// Stage `stage ≥ 1` of the forward pass (see [`Mlp::forward_stage`]).

@@ -3,6 +3,7 @@
 //! decode path, the prefill GEMM otherwise. The layers launch through it and the tuner
 //! builds its knob space from the same shapes.
 
+use super::add_norm::NormAfter;
 use super::attention::AttentionDims;
 use super::mlp::DECODE_MAX_M;
 use super::prefill_gemm::PrefillGemm;
@@ -212,6 +213,78 @@ impl Projection {
                 self.site.name()
             ))
         })
+    }
+}
+
+impl Projection {
+    /// Launches its decode GEMV of `m` rows of `x` (one row group) with the add + RMSNorm
+    /// `norm` behind it (`gemv::gemv_add_rmsnorm`) when `norm` has scratch and the planner
+    /// fuses it ([`plan::fuse_norm_after`], with the split-K limit the unfused projection
+    /// has: `split_k`) and returns `Ok(None)`; otherwise launches nothing and hands `norm`
+    /// back, for the projection and the norm as two kernels.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn launch_norm_after<'a>(
+        &self,
+        on: &impl LaunchTarget,
+        choice: SiteChoice,
+        x: &(impl AsInput<bf16, R2> + ?Sized),
+        w: &Tensor<bf16>,
+        norm: NormAfter<'a>,
+        split_k: bool,
+        m: usize,
+    ) -> Result<Option<NormAfter<'a>>> {
+        let sms = on.device().sm_count();
+        let (mu, n, k) = (m as u32, self.n as u32, self.k as u32);
+        let max_splits = if split_k { plan::MAX_SPLITS } else { 1 };
+        let (pick, place) = (choice.pick(), self.decode_placement());
+        if self.row_groups != 1
+            || m > DECODE_MAX_M
+            || norm.scratch.is_none()
+            || plan::fuse_norm_after(pick, mu, n, k, sms, max_splits, place)?.is_none()
+        {
+            return Ok(Some(norm));
+        }
+        let NormAfter {
+            res,
+            weight,
+            xn,
+            res_out,
+            eps,
+            scratch: Some(scratch),
+            ..
+        } = norm
+        else {
+            return Err(Error::Internal("checked above: the norm has scratch".into()));
+        };
+        xn.rearm();
+        res_out.rearm();
+        let launch_opts = choice.apply(self.site, LaunchOptions::default());
+        let after = plan::NormAfter {
+            res,
+            weight,
+            xn,
+            res_out,
+            eps,
+        };
+        plan::linear_norm_after_with(
+            on,
+            &launch_opts,
+            pick,
+            x,
+            w,
+            after,
+            scratch,
+            (mu, n, k),
+            max_splits,
+            place,
+        )?
+        .ok_or_else(|| {
+            Error::Internal(format!(
+                "{}: the add + RMSNorm behind it was planned fused but the planner declined",
+                self.site.name()
+            ))
+        })?;
+        Ok(None)
     }
 }
 

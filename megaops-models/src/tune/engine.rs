@@ -45,6 +45,8 @@ pub enum Binding {
     FuseNorms,
     /// QK-norm + RoPE fusion into decode attention (value: 0 off, 1 on).
     FuseRope,
+    /// The add + RMSNorms behind the output and down projections (value: 0 off, 1 on).
+    NormAfter,
 }
 
 /// The knobs of one decode step and what each sets.
@@ -224,6 +226,14 @@ impl Space {
             vec![0, 1],
             1,
         );
+        space.add(
+            held,
+            Binding::NormAfter,
+            Family::Fusion,
+            "norm_after".into(),
+            vec![0, 1],
+            crate::model::DEFAULT_NORM_AFTER as u32,
+        );
         Ok(space)
     }
 
@@ -369,6 +379,7 @@ impl Space {
                 Binding::Streams => plan.streams = Some(value as usize),
                 Binding::FuseNorms => plan.fuse_norms = Some(value == 1),
                 Binding::FuseRope => plan.fuse_rope = Some(value == 1),
+                Binding::NormAfter => plan.norm_after = Some(value == 1),
                 Binding::Config(site) => plan.site_mut(site).config = Some(value as usize),
                 Binding::Prefetch(site) => {
                     prefetch.insert(site, value);

@@ -389,6 +389,10 @@ pub struct StepPlan {
     /// (`None`: yes, one kernel instead of two).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fuse_rope: Option<bool>,
+    /// Whether the decode step runs each add + RMSNorm behind the projection before it
+    /// (the output and down projections; `None`: `model::DEFAULT_NORM_AFTER`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub norm_after: Option<bool>,
 }
 
 impl StepPlan {
@@ -426,6 +430,7 @@ impl StepPlan {
         self.streams.is_none()
             && self.fuse_norms.is_none()
             && self.fuse_rope.is_none()
+            && self.norm_after.is_none()
             && self.sites.values().all(|c| *c == SiteChoice::default())
     }
 
@@ -440,6 +445,12 @@ impl StepPlan {
         }
         if let Some(f) = self.fuse_rope {
             out.push(format!("rope fusion: {}", if f { "on" } else { "off" }));
+        }
+        if let Some(f) = self.norm_after {
+            out.push(format!(
+                "norms behind the projections: {}",
+                if f { "on" } else { "off" }
+            ));
         }
         for (site, c) in &self.sites {
             let mut parts = Vec::new();
