@@ -564,6 +564,7 @@ fn check_norm_after(dev: &Device, m: usize, n: usize, k: usize, config: usize, s
             &res,
             &nw,
             &mut scratch.y,
+            &mut scratch.partials,
             &mut scratch.ticket,
             &mut xn,
             &mut res_out,
@@ -634,7 +635,8 @@ fn the_planner_fuses_the_norm_behind_small_unsplit_projections() -> Result<()> {
         assert_eq!(c, plain);
         assert_eq!(gemv_add_rmsnorm::CONFIGS[c.config].name, gemv::CONFIGS[c.config].name);
     }
-    // Above the bound (Qwen3-8B's hidden size at m = 5): not fused.
+    // More than 16 rows, or above the bound (Qwen3-8B's hidden size at m = 5): not fused.
+    assert!(fuse(Pick::default(), 17, 256, 1024)?.is_none());
     assert!(fuse(Pick::default(), NORM_PROLOGUE_MAX_ELEMS / 4096 + 1, 4096, 4096)?.is_none());
     // A split, the planner's for a narrow output or a pick: not fused.
     assert!(fuse(Pick::default(), 1, 64, 4096)?.is_none());
@@ -704,6 +706,7 @@ fn a_norm_after_projection_in_a_tiled_chain() -> Result<()> {
                 &res,
                 &nwt,
                 &mut scratch.y,
+                &mut scratch.partials,
                 &mut scratch.ticket,
                 &mut xn,
                 &mut res2,
@@ -785,32 +788,40 @@ fn norm_after_bad_input_is_refused_before_launch() -> Result<()> {
     .expect_err("a norm weight of the wrong length");
     assert!(matches!(err, Error::Shape { .. }), "{err}");
     assert!(err.to_string().contains("norm weight"), "{err}");
-    // More rows than one CTA normalises: refused by the kernel's own check.
-    let big = NORM_PROLOGUE_MAX_ELEMS as usize / n + 1;
-    let xb = Tensor::full(&dev, &[big, k], bf16::ONE)?;
-    let rb = Tensor::full(&dev, &[big, n], bf16::ONE)?;
-    let mut xnb = Tensor::full(&dev, &[big, n], POISON)?;
-    let mut rob = Tensor::full(&dev, &[big, n], POISON)?;
-    let mut sb = plan::NormAfterScratch::new(&dev, big, n)?;
+    // More rows, or more elements, than one CTA normalises: refused by the kernel's checks.
     let nw = t(&[n], &p.norm_w)?;
-    let err = gemv_add_rmsnorm::launch(
-        &s,
-        &xb,
-        &w,
-        &rb,
-        &nw,
-        &mut sb.y,
-        &mut sb.ticket,
-        &mut xnb,
-        &mut rob,
-        big as u32,
-        n as u32,
-        k as u32,
-        EPS,
-    )
-    .expect_err("m · n above the bound");
-    assert!(matches!(err, Error::Launch { .. }), "{err}");
-    assert!(err.to_string().contains("NORM_PROLOGUE_MAX_ELEMS"), "{err}");
+    for (rows, cols, want) in [
+        (17usize, n, "at most 16 rows"),
+        (16, NORM_PROLOGUE_MAX_ELEMS as usize / 16 + 8, "NORM_PROLOGUE_MAX_ELEMS"),
+    ] {
+        let xb = Tensor::full(&dev, &[rows, k], bf16::ONE)?;
+        let wb = Tensor::full(&dev, &[cols, k], bf16::ONE)?;
+        let rb = Tensor::full(&dev, &[rows, cols], bf16::ONE)?;
+        let nb = Tensor::full(&dev, &[cols], bf16::ONE)?;
+        let mut xnb = Tensor::full(&dev, &[rows, cols], POISON)?;
+        let mut rob = Tensor::full(&dev, &[rows, cols], POISON)?;
+        let mut sb = plan::NormAfterScratch::new(&dev, rows, cols)?;
+        let err = gemv_add_rmsnorm::launch(
+            &s,
+            &xb,
+            &wb,
+            &rb,
+            &nb,
+            &mut sb.y,
+            &mut sb.partials,
+            &mut sb.ticket,
+            &mut xnb,
+            &mut rob,
+            rows as u32,
+            cols as u32,
+            k as u32,
+            EPS,
+        )
+        .expect_err("above one CTA's norm");
+        assert!(matches!(err, Error::Launch { .. }), "{err}");
+        assert!(err.to_string().contains(want), "{err}");
+        assert!(xnb.to_vec()?.iter().all(|v| v.to_bits() == POISON.to_bits()));
+    }
     // A scratch too small for the projection.
     let mut small = plan::NormAfterScratch::new(&dev, 1, n)?;
     let err = gemv_add_rmsnorm::launch(
@@ -820,6 +831,7 @@ fn norm_after_bad_input_is_refused_before_launch() -> Result<()> {
         &res,
         &nw,
         &mut small.y,
+        &mut small.partials,
         &mut small.ticket,
         &mut xn,
         &mut res_out,

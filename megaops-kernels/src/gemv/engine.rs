@@ -442,7 +442,9 @@ pub const fn smem_bytes(bn: u32, wk: u32, rg: u32) -> u32 {
 
 /// The whole CTA after the input wait: streams W against every group of up to 16
 /// tokens, reduces across warps and splits, and writes the output tile. `ring` holds the
-/// first `PF` batches (the prefetch); the rest are loaded here.
+/// first `PF` batches (the prefetch); the rest are loaded here. On return (after a
+/// barrier) the reduction buffer still holds the last group's stashes
+/// ([`column_sums`]).
 ///
 /// # Safety
 /// Called by every thread of a CTA of `2 · BN · WK` threads with `smem_bytes(BN, WK, RG)`
@@ -521,6 +523,29 @@ unsafe fn stash<const BN: u32, const RG: usize, const NT: usize>(red: SharedPtr<
     }
 }
 
+/// The sums over the `WK` warps along k of element `(token, col)` of the group, per row
+/// group, from the reduction buffer after the barrier that follows the stashes (what the
+/// engine writes for the element: `splits == 1` and, for a bf16 output, rounded).
+///
+/// # Safety
+/// `red` is the CTA's buffer of [`smem_bytes`]; `token < 16`, `col < BN`; a barrier
+/// separates this from the stashes, and none has overwritten the buffer since.
+#[inline(always)]
+pub unsafe fn column_sums<const BN: u32, const WK: u32, const RG: usize>(
+    red: SharedPtr<f32>,
+    token: u32,
+    col: u32,
+) -> [f32; RG] {
+    let mut v = [0f32; RG];
+    for (rg, v) in v.iter_mut().enumerate() {
+        for wk in 0..WK {
+            // SAFETY: inside the buffer (caller), written before the barrier.
+            *v += unsafe { red.add(red_index::<BN, RG>(wk, rg, token, col)).read() };
+        }
+    }
+    v
+}
+
 /// After the barrier that follows [`stash`]: each thread sums the `WK` warps' values of
 /// some `(token, column)` elements of the group and writes the result (or, with split-K,
 /// the CTA's partial sums).
@@ -541,13 +566,8 @@ unsafe fn store_group<const BN: u32, const WK: u32, const RG: usize, const SILU:
         let (token, col) = (e / BN, e % BN);
         let ncol = cta.n0 + col;
         if ncol < ep.n {
-            let mut v = [0f32; RG];
-            for (rg, v) in v.iter_mut().enumerate() {
-                for wk in 0..WK {
-                    // SAFETY: inside the buffer, written before the barrier.
-                    *v += unsafe { red.add(red_index::<BN, RG>(wk, rg, token, col)).read() };
-                }
-            }
+            // SAFETY: token < 16, col < BN, the stashes done before the barrier (caller).
+            let v = unsafe { column_sums::<BN, WK, RG>(red, token, col) };
             let (row, mn) = ((t0 + token) as usize, ep.m as usize * ep.n as usize);
             let at = row * ep.n as usize + ncol as usize;
             if cta.splits > 1 {

@@ -654,12 +654,14 @@ pub struct NormAfter<'a, R: ?Sized, N: ?Sized, O: ?Sized> {
     pub eps: f32,
 }
 
-/// Scratch of [`gemv_add_rmsnorm`]: the projection's bf16 output before the norm and the
-/// launch's ticket. One per launch that may overlap another (sequential launches can
-/// share one).
+/// Scratch of [`gemv_add_rmsnorm`]: the projection's bf16 output before the norm, the
+/// rows' partial sums of squares and the launch's ticket. One per launch that may overlap
+/// another (sequential launches can share one).
 pub struct NormAfterScratch {
     /// `[max_m · n]` bf16.
     pub y: Tensor<bf16>,
+    /// `[max_m · ⌈n / 16⌉]` f32: a partial per row and column tile of the narrowest tile.
+    pub partials: Tensor<f32>,
     /// One ticket counter, zero between launches.
     pub ticket: Tensor<u32>,
 }
@@ -672,6 +674,7 @@ impl NormAfterScratch {
         device.register_tickets(&ticket);
         Ok(NormAfterScratch {
             y: Tensor::zeros(device, &[max_m.max(1) * n.max(1)])?,
+            partials: Tensor::zeros(device, &[max_m.max(1) * n.div_ceil(16).max(1)])?,
             ticket,
         })
     }
@@ -680,9 +683,9 @@ impl NormAfterScratch {
 /// The planner's choice for a projection (`rg = 1`) that may run with the add + RMSNorm
 /// behind it ([`gemv_add_rmsnorm`], which shares [`gemv`]'s configs): the choice
 /// [`choose_with`] makes with `max_splits` (as the unfused projection would). `None`,
-/// meaning the add + RMSNorm runs as its own kernel after the projection, when `m · n` is
-/// above [`NORM_PROLOGUE_MAX_ELEMS`](super::NORM_PROLOGUE_MAX_ELEMS) (one CTA normalises
-/// the whole output) or the choice has a split.
+/// meaning the add + RMSNorm runs as its own kernel after the projection, when `m` is above
+/// 16 or `m · n` above [`NORM_PROLOGUE_MAX_ELEMS`](super::NORM_PROLOGUE_MAX_ELEMS) (one CTA
+/// normalises the whole output) or the choice has a split.
 #[allow(clippy::too_many_arguments)]
 pub fn fuse_norm_after(
     pick: Pick,
@@ -693,7 +696,7 @@ pub fn fuse_norm_after(
     max_splits: u32,
     placement: Placement,
 ) -> Result<Option<Choice>> {
-    if (m as u64) * (n as u64) > super::NORM_PROLOGUE_MAX_ELEMS as u64 {
+    if m > super::engine::GROUP_TOKENS || (m as u64) * (n as u64) > super::NORM_PROLOGUE_MAX_ELEMS as u64 {
         return Ok(None);
     }
     let c = choose_with(gemv::CONFIGS, pick, 1, m, n, k, sms, max_splits, placement)?;
@@ -741,8 +744,10 @@ where
         res_out,
         eps,
     } = norm;
-    let NormAfterScratch { y, ticket } = scratch;
-    gemv_add_rmsnorm::launch_with(on, &opts, x, w, res, weight, y, ticket, xn, res_out, m, n, k, eps)?;
+    let NormAfterScratch { y, partials, ticket } = scratch;
+    gemv_add_rmsnorm::launch_with(
+        on, &opts, x, w, res, weight, y, partials, ticket, xn, res_out, m, n, k, eps,
+    )?;
     Ok(Some(c))
 }
 
