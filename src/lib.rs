@@ -41,8 +41,8 @@ macro_rules! kernel_crate {
 pub mod __private {
     pub use megaops_device::griddep::wait_prerequisite_grids;
     pub use megaops_device::sync::{
-        KernelCtx, ProducerTile, TileSync, kernel_begin_cta, remap_tile, signal_output, tile_coords, tile_region,
-        trace_end, trace_now, trace_record, trace_waited, wait_input,
+        KernelCtx, ProducerTile, TileSync, begin_signals, kernel_begin_cta, remap_tile, signal_tiles, tile_coords,
+        tile_region, trace_end, trace_now, trace_record, trace_waited, wait_input,
     };
     pub use megaops_device::thread::{block_idx_x, grid_dim_x};
 

@@ -201,9 +201,10 @@ use proc_macro2::TokenStream;
 /// injected calls carry their own `unsafe` blocks. **Before the
 /// first top-level statement that mentions an input** the macro inserts
 /// `if !wait_input(..) { failed = true; return; }` (inputs first mentioned by the same
-/// statement wait in annotation order). After the closure, `signal_output` for each
-/// output with the producer's kernel tile and split (`split = AXIS`: that axis' extent
-/// and this tile's coordinate along it).
+/// statement wait in annotation order). After the closure, one release for all outputs
+/// (`begin_signals`: a barrier and a fence), then `signal_tiles` for each output with the
+/// producer's kernel tile and split (`split = AXIS`: that axis' extent and this tile's
+/// coordinate along it).
 ///
 /// `#[prefetch]` marks top-level statements that run before any wait (paper §3.2: load
 /// weights no kernel in flight writes); they must not mention an input and must precede

@@ -40,8 +40,10 @@ paths! {
     tile_region => "tile_region";
     /// `wait_input(&ctx, tile, &sync, &region) -> bool`.
     wait_input => "wait_input";
-    /// `signal_output(&sync, &region, &producer, failed)`.
-    signal_output => "signal_output";
+    /// `begin_signals(&[&sync, ..], failed) -> bool`.
+    begin_signals => "begin_signals";
+    /// `signal_tiles(&sync, &region, &producer, signalling)`.
+    signal_tiles => "signal_tiles";
     /// `trace_now(&ctx) -> u64`.
     trace_now => "trace_now";
     /// `trace_waited(&ctx, &mut waited)`.

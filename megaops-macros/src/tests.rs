@@ -515,7 +515,7 @@ fn wait_goes_before_the_first_reader_and_after_prefetch() {
         assert!(prefetch < row && row < wait && wait < read, "{body}");
         // The signal comes after the body closure is called.
         let call = pos(body, "__megaops_body();");
-        let signal = pos(body, "signal_output(&__megaops_sync_c, &__megaops_region_c");
+        let signal = pos(body, "signal_tiles(&__megaops_sync_c, &__megaops_region_c");
         assert!(read < call && call < signal, "{body}");
     }
     assert!(!out.contains("prefetch"), "#[prefetch] must be stripped: {out}");

@@ -1,7 +1,8 @@
 //! The MegaOps tile-synchronisation runtime (paper §2.2, Listing 3).
 //!
 //! `#[megaops::kernel]` injects calls to [`kernel_begin_cta`], [`remap_tile`],
-//! [`wait_input`] and [`signal_output`]; kernel authors never call them. The parameter
+//! [`wait_input`] and [`begin_signals`] / [`signal_tiles`] ([`signal_output`] for one
+//! output); kernel authors never call them. The parameter
 //! blocks ([`KernelCtx`], [`TileSync`]) and the kernel-tile ↔ data-tile arithmetic
 //! ([`tiling`]) are shared with the host runtime.
 

@@ -505,32 +505,67 @@ pub struct ProducerTile {
 }
 
 /// Signals every data tile of `sync` that the element region `region` intersects, after
-/// all threads of the CTA finished writing it. Every thread of the CTA must call this
-/// (it contains a barrier); `failed` is whether this thread's tile was abandoned (a wait
-/// failed), in which case nothing is signalled by the CTA.
+/// all threads of the CTA finished writing it: [`begin_signals`] then [`signal_tiles`].
+/// Every thread of the CTA must call this (it contains a barrier); `failed` is whether
+/// this thread's tile was abandoned (a wait failed), in which case nothing is signalled by
+/// the CTA.
 ///
 /// # Safety
 /// As for [`wait_input`]; additionally the caller writes exactly the region it signals.
 #[inline(always)]
 pub unsafe fn signal_output(sync: &TileSync, region: &[(u32, u32); MAX_RANK], producer: &ProducerTile, failed: bool) {
-    if !sync.is_active() {
-        return;
+    let signalling = begin_signals(&[sync], failed);
+    // SAFETY: forwarded from the caller.
+    unsafe { signal_tiles(sync, region, producer, signalling) };
+}
+
+/// The release before a CTA's signals, once for all of its outputs: when any of `syncs`
+/// has semaphores, a barrier (`bar.red.or`: every thread's stores of its tiles happen
+/// before the release, and all threads learn whether any of them gave its tile up), then
+/// `fence.acq_rel.gpu` in the signalling lanes (the first warp; one instruction for the
+/// warp). Returns whether the calling thread signals ([`signal_tiles`]): a signalling lane
+/// of a CTA none of whose threads failed. Every thread of the CTA must call it.
+#[inline(always)]
+pub fn begin_signals(syncs: &[&TileSync], failed: bool) -> bool {
+    let mut active = false;
+    let mut i = 0;
+    while i < syncs.len() {
+        active |= syncs[i].is_active();
+        i += 1;
     }
-    // bar.red.or: every thread's stores of the tile happen before thread 0's release, and
-    // all threads learn whether any of them gave the tile up.
+    if !active {
+        return false;
+    }
     let any_failed = sync_threads_or(failed);
-    let lane = linear_thread_idx();
-    if any_failed || lane >= SIGNAL_LANES {
+    if any_failed || linear_thread_idx() >= SIGNAL_LANES {
+        return false;
+    }
+    fence(AcqRel, Gpu);
+    true
+}
+
+/// The relaxed reductions that signal every data tile of `sync` that `region` intersects,
+/// shared out over the signalling lanes (a CTA that writes many data tiles, a GEMV column
+/// tile across 16 row tiles, does not pay one ordered release after another); nothing when
+/// `signalling` is false or `sync` has no semaphores. Emits `red.relaxed.gpu.global.add`.
+///
+/// # Safety
+/// As for [`signal_output`]; `signalling` is what [`begin_signals`] returned to this
+/// thread, for a set of outputs that includes `sync`, after the CTA's last store to them.
+#[inline(always)]
+pub unsafe fn signal_tiles(
+    sync: &TileSync,
+    region: &[(u32, u32); MAX_RANK],
+    producer: &ProducerTile,
+    signalling: bool,
+) {
+    if !signalling || !sync.is_active() {
         return;
     }
+    let lane = linear_thread_idx();
     // SAFETY: valid bounds tables (caller's contract).
     let tiles = unsafe { covered_box(&sync.dims, sync.rank, region) };
     let n = tiles.len();
-    // Release pattern: each signalling lane's `fence.acq_rel.gpu` (one instruction for the
-    // warp), then relaxed reductions. The lanes share out the data tiles: a CTA that
-    // writes many data tiles (a GEMV column tile across 16 row tiles) does not pay one
-    // ordered release after another.
-    fence(AcqRel, Gpu);
     let mut k = lane;
     while k < n {
         let coords = tiles.coords(k);
@@ -555,7 +590,7 @@ pub unsafe fn signal_output(sync: &TileSync, region: &[(u32, u32); MAX_RANK], pr
     }
 }
 
-/// Threads of a CTA (its first warp) that share out [`signal_output`]'s reductions.
+/// Threads of a CTA (its first warp) that share out [`signal_tiles`]' reductions.
 const SIGNAL_LANES: u32 = 32;
 
 /// Element region of a kernel tile along one dimension: tile `coord` of `ktile` elements,

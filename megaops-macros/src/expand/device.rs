@@ -18,7 +18,8 @@
 //! let mut body = || { <statements, each input's wait before its first reader> };
 //! body();                                       // traced: trace_waited after each wait
 //! let end = trace_end(&ctx);                     // traced: a barrier and the clock
-//! signal_output(&sync_c, &region_c, &ProducerTile { .. }, failed);
+//! let signalling = begin_signals(&[&sync_c], failed); // one barrier and fence for all outputs
+//! signal_tiles(&sync_c, &region_c, &ProducerTile { .. }, signalling);
 //! trace_record(&ctx, tile, start, waited, end);  // traced: thread 0 appends a TileTrace
 //! ```
 

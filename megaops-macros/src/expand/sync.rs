@@ -183,13 +183,24 @@ impl VisitMut for ProbeReads<'_> {
     }
 }
 
-/// The signals after the body, one per output in signature order. Every thread reaches
-/// them (the body is a closure, so a user `return` ends only the closure).
+/// The signals after the body: one release for all outputs (`begin_signals`: a barrier
+/// and one fence), then each output's reductions in signature order (`signal_tiles`), so
+/// that a kernel with several outputs does not release one after another. Every thread
+/// reaches them (the body is a closure, so a user `return` ends only the closure).
 pub fn signals(plan: &Plan) -> TokenStream {
-    let signal_output = paths::signal_output();
+    let (begin_signals, signal_tiles) = (paths::begin_signals(), paths::signal_tiles());
     let producer_tile = paths::producer_tile();
-    let (ctx, failed) = (local("__megaops_ctx"), local("__megaops_failed"));
-    let sigs = plan.syncs.iter().filter(|s| s.sync.role() == Role::Output).map(|s| {
+    let (ctx, failed, signalling) = (
+        local("__megaops_ctx"),
+        local("__megaops_failed"),
+        local("__megaops_signalling"),
+    );
+    let outputs: Vec<&SyncPlan> = plan.syncs.iter().filter(|s| s.sync.role() == Role::Output).collect();
+    if outputs.is_empty() {
+        return TokenStream::new();
+    }
+    let syncs = outputs.iter().map(|s| &s.sync_ident);
+    let sigs = outputs.iter().map(|s| {
         let mut ktile: Vec<TokenStream> = s
             .dims
             .iter()
@@ -205,19 +216,23 @@ pub fn signals(plan: &Plan) -> TokenStream {
         };
         let (sync, region) = (&s.sync_ident, &s.region_ident);
         quote! {
-            // SAFETY: the launcher built `sync` for this tensor, and the body wrote the
-            // kernel tile `region` (the kernel's documented contract).
+            // SAFETY: the launcher built `sync` for this tensor, the body wrote the kernel
+            // tile `region` (the kernel's documented contract), and `begin_signals`
+            // released the CTA's stores for every output.
             unsafe {
-                #signal_output(
+                #signal_tiles(
                     &#sync,
                     &#region,
                     &#producer_tile { ktile: [#(#ktile),*], split: #split, split_index: #split_index },
-                    #failed
+                    #signalling
                 )
             };
         }
     });
-    quote!(#(#sigs)*)
+    quote! {
+        let #signalling = #begin_signals(&[#(&#syncs),*], #failed);
+        #(#sigs)*
+    }
 }
 
 /// Launcher: the `&[TileDim]` of a synchronised parameter.
