@@ -19,6 +19,14 @@ const POISON: bf16 = bf16::from_bits(0xffc0);
 /// Tolerance for bf16 outputs of a bf16 input that may differ by one rounding.
 const TOL_BF16: f64 = 1e-2;
 const EPS: f32 = 1e-6;
+/// `(hidden, inter, q_dim, kv_dim)` of Qwen3-0.6B, Qwen3-1.7B, Qwen3-8B and Llama-3.2-1B:
+/// the decode shapes of the GPU tests.
+const MODELS: [(usize, usize, usize, usize); 4] = [
+    (1024, 3072, 2048, 1024),
+    (2048, 6144, 2048, 1024),
+    (4096, 12288, 4096, 1024),
+    (2048, 8192, 2048, 512),
+];
 
 fn f64s(v: &[bf16]) -> Vec<f64> {
     v.iter().map(|x| x.to_f64()).collect()
@@ -437,15 +445,8 @@ fn fused_projections_on_the_gpu_at_model_shapes() -> Result<()> {
         return Ok(());
     };
     let seed = fresh_seed("fused_projections_on_the_gpu_at_model_shapes");
-    // (hidden, inter, q, kv) of Qwen3-0.6B, Qwen3-1.7B, Qwen3-8B, Llama-3.2-1B.
-    let models = [
-        (1024usize, 3072usize, 2048usize, 1024usize),
-        (2048, 6144, 2048, 1024),
-        (4096, 12288, 4096, 1024),
-        (2048, 8192, 2048, 512),
-    ];
     let s = Stream::new(&dev)?;
-    for (i, &(hidden, inter, q, kv)) in models.iter().enumerate() {
+    for (i, &(hidden, inter, q, kv)) in MODELS.iter().enumerate() {
         for m in [1usize, 4, 16] {
             if m * hidden > NORM_PROLOGUE_MAX_ELEMS as usize {
                 continue;
@@ -857,15 +858,8 @@ fn norm_after_projections_on_the_gpu_at_model_shapes() -> Result<()> {
         return Ok(());
     };
     let seed = fresh_seed("norm_after_projections_on_the_gpu_at_model_shapes");
-    // (hidden, inter, q) of Qwen3-0.6B, Qwen3-1.7B, Qwen3-8B, Llama-3.2-1B.
-    let models = [
-        (1024usize, 3072usize, 2048usize),
-        (2048, 6144, 2048),
-        (4096, 12288, 4096),
-        (2048, 8192, 2048),
-    ];
     let s = Stream::new(&dev)?;
-    for (i, &(hidden, inter, q)) in models.iter().enumerate() {
+    for (i, &(hidden, inter, q, _)) in MODELS.iter().enumerate() {
         for m in [1usize, 4, 16] {
             if m * hidden > NORM_PROLOGUE_MAX_ELEMS as usize {
                 continue;
