@@ -72,11 +72,6 @@ impl DecoderLayer {
         &self.input_norm
     }
 
-    /// The layer's epsilon of both norms.
-    pub fn eps(&self) -> f32 {
-        self.eps
-    }
-
     /// Enqueues the layer with each add + RMSNorm run behind the projection before it
     /// ([`NormAfter`]): on `embedded` (layer 0: the embedding, normalised here by a plain
     /// RMSNorm into `acts`' normed input, and its own residual), or else on the normalised
