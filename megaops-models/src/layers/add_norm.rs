@@ -114,6 +114,40 @@ impl<'a> NormAfter<'a> {
         }
         .launch(on, xn, m, h)
     }
+
+    /// Re-arms `xn` and `res_out` and hands the tensors and the scratch to the planner's
+    /// fused projection (`plan::linear_norm_after_with`); `None` when the norm has no
+    /// scratch.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn fused(
+        self,
+    ) -> Option<(
+        plan::NormAfter<'a, Tiled<bf16, DynRows>, Tiled<bf16, DynRows>, Tiled<bf16, DynRows>>,
+        &'a mut plan::NormAfterScratch,
+    )> {
+        let NormAfter {
+            res,
+            weight,
+            xn,
+            res_out,
+            eps,
+            scratch,
+            ..
+        } = self;
+        let scratch = scratch?;
+        xn.rearm();
+        res_out.rearm();
+        Some((
+            plan::NormAfter {
+                res,
+                weight,
+                xn,
+                res_out,
+                eps,
+            },
+            scratch,
+        ))
+    }
 }
 
 /// Whether a block's first projection runs fused with the add + RMSNorm in front of it,

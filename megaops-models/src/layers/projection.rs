@@ -244,28 +244,10 @@ impl Projection {
         {
             return Ok(Some(norm));
         }
-        let NormAfter {
-            res,
-            weight,
-            xn,
-            res_out,
-            eps,
-            scratch: Some(scratch),
-            ..
-        } = norm
-        else {
-            return Err(Error::Internal("checked above: the norm has scratch".into()));
-        };
-        xn.rearm();
-        res_out.rearm();
+        let (after, scratch) = norm
+            .fused()
+            .ok_or_else(|| Error::Internal("checked above: the norm has scratch".into()))?;
         let launch_opts = choice.apply(self.site, LaunchOptions::default());
-        let after = plan::NormAfter {
-            res,
-            weight,
-            xn,
-            res_out,
-            eps,
-        };
         plan::linear_norm_after_with(
             on,
             &launch_opts,
