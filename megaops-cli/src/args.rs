@@ -111,8 +111,9 @@ pub struct Generate {
     /// `mlp.down:config=11` or `norm:config=3`).
     #[arg(long = "prefill-site", value_name = "SITE:KEY=VALUE,…")]
     pub prefill_sites: Vec<SiteOverride>,
-    /// Run the decode steps' add + RMSNorms behind the output and down projections (`on`)
-    /// or as kernels of their own (`off`), over the tuned plan's choice.
+    /// Run the decode steps' add + RMSNorms behind the output and down projections (`on`,
+    /// the default where the planner fuses them) or as kernels of their own (`off`), over
+    /// the tuned plan's choice.
     #[arg(long, value_name = "on|off", value_parser = on_off)]
     pub norm_after: Option<bool>,
     /// GEMMs of the prefill's projections: `auto` (per GEMM: one cuBLASLt chunk from 100
@@ -219,9 +220,9 @@ pub struct Bench {
     /// decode attention instead of inside it (overrides the tuned plan's choice).
     #[arg(long)]
     pub no_rope_fusion: bool,
-    /// Run the decode steps' add + RMSNorms behind the output and down projections, in
-    /// their last CTA (`on`), or as kernels of their own (`off`); overrides the tuned
-    /// plan's choice.
+    /// Run the decode steps' add + RMSNorms behind the output and down projections (`on`,
+    /// the default where the planner fuses them) or as kernels of their own (`off`);
+    /// overrides the tuned plan's choice.
     #[arg(long, value_name = "on|off", value_parser = on_off)]
     pub norm_after: Option<bool>,
     /// A site's knobs by hand, over the tuned plan's, in the plan of each row's workload

@@ -389,7 +389,7 @@ impl CausalLm {
 
 /// Whether a decode pass runs its add + RMSNorms behind the projections before them unless
 /// a plan says otherwise ([`Pass::set_norm_after`]).
-pub const DEFAULT_NORM_AFTER: bool = false;
+pub const DEFAULT_NORM_AFTER: bool = true;
 
 /// The tensors of one forward pass of `m` token rows: `batch` sequences of one new token
 /// each (decode, `m = batch`) or of `seq` prompt tokens each (prefill, `m = batch · seq`,

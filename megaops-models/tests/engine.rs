@@ -536,10 +536,11 @@ fn decode_launch_counts(
     (out.tokens, out.logits, counts)
 }
 
-/// With norm fusion on (`StepPlan::fuse_norms`) the decode step runs each layer's add +
-/// RMSNorms inside the QKV and gate/up GEMVs (layer 0's attention norm, which adds no
-/// residual, and the final norm stay kernels); by default it runs them as `add_rmsnorm`;
-/// both generations match the reference.
+/// With the norms behind the projections off (they take precedence) and norm fusion on
+/// (`StepPlan::fuse_norms`) the decode step runs each layer's add + RMSNorms inside the
+/// QKV and gate/up GEMVs (layer 0's attention norm, which adds no residual, and the final
+/// norm stay kernels); without norm fusion it runs them as `add_rmsnorm`; both
+/// generations match the reference.
 #[test]
 fn decode_fuses_the_add_norms_into_the_projections() {
     let seed = fresh_seed("decode_fuses_the_add_norms_into_the_projections");
@@ -550,6 +551,7 @@ fn decode_fuses_the_add_norms_into_the_projections() {
     let launches = |fuse: Option<bool>| {
         let plan = StepPlan {
             fuse_norms: fuse,
+            norm_after: Some(false),
             ..StepPlan::default()
         };
         let (tokens, _, counts) = decode_launch_counts(&dev, &lm, plan, &kernels);
@@ -563,7 +565,7 @@ fn decode_fuses_the_add_norms_into_the_projections() {
     );
     let (plain_tokens, plain) = launches(None);
     assert_eq!(launches(Some(false)).1, plain);
-    assert_eq!(plain, [1, 2 * layers, 0, 0], "the fusion off (the default)");
+    assert_eq!(plain, [1, 2 * layers, 0, 0], "the fusion off (its default)");
     assert_eq!(fused_tokens, plain_tokens);
     for fuse in [Some(true), None] {
         check_plan_against_reference(
@@ -573,13 +575,14 @@ fn decode_fuses_the_add_norms_into_the_projections() {
             |d| AsyncStream::new(d, 3).expect("stream"),
             StepPlan {
                 fuse_norms: fuse,
+                norm_after: Some(false),
                 ..StepPlan::default()
             },
         );
     }
 }
 
-/// With the norms behind the projections (`StepPlan::norm_after`) the decode step runs
+/// With the norms behind the projections (`StepPlan::norm_after`, on by default) the decode step runs
 /// each layer's MLP norm inside its output projection and the next layer's (or the final)
 /// norm inside its down projection (`gemv_add_rmsnorm`): only layer 0's attention norm
 /// stays a kernel, `2·layers` kernels fewer a step. Tokens match the norms as kernels,
@@ -612,8 +615,8 @@ fn decode_runs_the_norms_behind_the_projections() {
             after,
             "{name}: with norm fusion asked for"
         );
-        let (plain_tokens, plain_logits, plain) = launches(None, None);
-        assert_eq!(launches(Some(false), None).2, plain, "{name}");
+        assert_eq!(launches(None, None).2, after, "{name}: by default");
+        let (plain_tokens, plain_logits, plain) = launches(Some(false), None);
         assert_eq!(plain, [1, 2 * layers, 3 * layers, 0, 0], "{name}: the norms as kernels");
         assert_eq!(after_tokens, plain_tokens, "{name}");
         for (a, p) in after_logits.iter().flatten().zip(plain_logits.iter().flatten()) {

@@ -680,12 +680,17 @@ impl NormAfterScratch {
     }
 }
 
+/// The largest output (`m · n` elements) behind which [`fuse_norm_after`] runs the
+/// add + RMSNorm: above it the last CTA's pass over the rows costs more than the kernel it
+/// saves. [`gemv_add_rmsnorm`] itself takes up to
+/// [`NORM_PROLOGUE_MAX_ELEMS`](super::NORM_PROLOGUE_MAX_ELEMS).
+pub const NORM_AFTER_MAX_ELEMS: u32 = 8 * 1024;
+
 /// The planner's choice for a projection (`rg = 1`) that may run with the add + RMSNorm
 /// behind it ([`gemv_add_rmsnorm`], which shares [`gemv`]'s configs): the choice
 /// [`choose_with`] makes with `max_splits` (as the unfused projection would). `None`,
 /// meaning the add + RMSNorm runs as its own kernel after the projection, when `m` is above
-/// 16 or `m · n` above [`NORM_PROLOGUE_MAX_ELEMS`](super::NORM_PROLOGUE_MAX_ELEMS) (one CTA
-/// normalises the whole output) or the choice has a split.
+/// 16, `m · n` above [`NORM_AFTER_MAX_ELEMS`] or the choice has a split.
 #[allow(clippy::too_many_arguments)]
 pub fn fuse_norm_after(
     pick: Pick,
@@ -696,7 +701,7 @@ pub fn fuse_norm_after(
     max_splits: u32,
     placement: Placement,
 ) -> Result<Option<Choice>> {
-    if m > super::engine::GROUP_TOKENS || (m as u64) * (n as u64) > super::NORM_PROLOGUE_MAX_ELEMS as u64 {
+    if m > super::engine::GROUP_TOKENS || (m as u64) * (n as u64) > NORM_AFTER_MAX_ELEMS as u64 {
         return Ok(None);
     }
     let c = choose_with(gemv::CONFIGS, pick, 1, m, n, k, sms, max_splits, placement)?;

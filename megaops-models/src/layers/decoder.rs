@@ -16,10 +16,11 @@
 //! plain RMSNorm, never fused).
 //!
 //! With the norms behind the projections ([`DecoderLayer::forward_norm_after`], a plan's
-//! `norm_after`) the output projection runs the MLP's add + RMSNorm in its last CTA, and
-//! the down projection the next layer's (or the final) one, writing the next layer's
-//! normalised input and residual directly (`gemv::gemv_add_rmsnorm`): five kernels a layer
-//! on the decode path (QKV, attention, O, gate/up, down) and no norm between them.
+//! `norm_after`, on by default) the output projection runs the MLP's add + RMSNorm behind
+//! its output, and the down projection the next layer's (or the final) one, writing the
+//! next layer's normalised input and residual directly (`gemv::gemv_add_rmsnorm`): five
+//! kernels a layer on the decode path (QKV, attention, O, gate/up, down) and no norm
+//! between them, where the planner fuses (`gemv::plan::fuse_norm_after`).
 
 use super::add_norm::{AddNormInput, NormAfter};
 use super::attention::{Attention, AttentionActivations, AttentionDims, AttentionKind, KvCache, Positions};
@@ -29,8 +30,7 @@ use super::prefill_gemm::PrefillGemm;
 use crate::error::Result;
 use crate::tune::{Site, SiteChoice, StepPlan};
 use megaops::{Device, DynRows, LaunchOptions, LaunchTarget, Tensor, Tiled, bf16};
-use megaops_kernels::gemv::NORM_PROLOGUE_MAX_ELEMS;
-use megaops_kernels::gemv::plan::NormAfterScratch;
+use megaops_kernels::gemv::plan::{self, NormAfterScratch};
 use megaops_kernels::norm::rmsnorm;
 
 /// The weights of one decoder layer (cloning shares the device weights).
@@ -245,7 +245,7 @@ impl LayerActivations {
             attn: AttentionActivations::new(device, dims, kind, m, layout, &format!("{name}.attn"))?,
             mlp: MlpActivations::with_col_tile(device, mlp, m, layout.tiles.act)?,
             norm: SiteChoice::default(),
-            after: if m <= DECODE_MAX_M && m * dims.hidden <= NORM_PROLOGUE_MAX_ELEMS as usize {
+            after: if m <= DECODE_MAX_M && m * dims.hidden <= plan::NORM_AFTER_MAX_ELEMS as usize {
                 [
                     Some(NormAfterScratch::new(device, m, dims.hidden)?),
                     Some(NormAfterScratch::new(device, m, dims.hidden)?),
