@@ -33,7 +33,8 @@ use megaops::device::convert::pack_bf16x2;
 use megaops::device::fence::fence;
 use megaops::device::math::exp2_approx;
 use megaops::device::memory::{
-    ld_global_cg_v2_u32, ld_global_cg_v4_u32, ld_global_nc_v4_u32, st_global_v2_u32, st_global_v4_f32, st_global_v4_u32,
+    ld_global_cg_v2_u32, ld_global_cg_v4_u32, ld_global_nc_v4_u32, prefetch_l2, st_global_v2_u32, st_global_v4_f32,
+    st_global_v4_u32,
 };
 use megaops::device::shared::{self, SharedPtr};
 use megaops::device::thread::{lane_id, sync_threads, sync_threads_or, thread_idx_x, warp_id};
@@ -220,8 +221,9 @@ unsafe fn run_split<const D: usize, const G: usize, const U: usize, const NW: us
 /// whole starts once every CTA is done. Configs: [`decode_attention`]'s ([`config_index`]).
 ///
 /// Emits what [`decode_attention`] and `qk_norm_rope` do (`ld.global.cg.v4`,
-/// `ld.global.nc.v4`, `shfl.sync.bfly`, `st.global.v4`), plus one `bar.sync` in the CTA that
-/// writes the cache row.
+/// `ld.global.nc.v4`, `shfl.sync.bfly`, `st.global.v4`), plus, in the CTA that writes the
+/// cache row, four `prefetch.global.L2` of it before the wait for `qkv` and one
+/// `bar.sync`.
 ///
 /// # Safety
 /// Pointers valid for the shapes above; `splits >= 1`, `max_pos > 0`, `lens[b] <= max_seq`.
@@ -293,6 +295,16 @@ pub unsafe fn decode_attention_rope(
     let p_new = slot.wrapping_sub(seq0);
     let in_seq = slot >= seq0 && p_new < max_seq;
     let writes = in_seq && ((p_new >= start && p_new < end) || (pid_s + 1 == splits && p_new >= end));
+    // The two lines of each cache row this CTA writes are fetched into L2, with their
+    // address translation, while the producer of `qkv` still runs.
+    let lane = thread_idx_x();
+    if writes && lane < 4 {
+        let cache = if lane < 2 { k_cache } else { v_cache };
+        let at = slot as usize * (hkv * D) as usize + (pid_h * D) as usize + (lane as usize % 2) * 64;
+        // SAFETY: a hint on an address inside the cache (`slot` is a row of sequence b,
+        // the columns those of kv head h).
+        unsafe { prefetch_l2(cache.wrapping_add(at).cast_const()) };
+    }
     // SAFETY: the kernel contract; `qkv` was waited for by this statement (it mentions it);
     // the caches are this CTA's own region (rows of sequence b, kv head h).
     unsafe {
