@@ -629,16 +629,20 @@ fn the_planner_fuses_the_norm_behind_small_unsplit_projections() -> Result<()> {
     let fuse = |pick: Pick, m: u32, n: u32, k: u32| {
         plan::fuse_norm_after(pick, m, n, k, 132, plan::MAX_SPLITS, Placement::Alone)
     };
-    // Qwen3-0.6B's O projection at m = 1 and 16: the plain kernel's choice.
-    for m in [1, 16] {
+    // Qwen3-0.6B's O projection at m = 1 and 8 (m · n = 8192, the planner's bound): the
+    // plain kernel's choice.
+    for m in [1, 8] {
         let c = fuse(Pick::default(), m, 1024, 2048)?.expect("small O projection fuses");
         let plain = plan::choose(gemv::CONFIGS, 1, m, 1024, 2048, 132, plan::MAX_SPLITS, Placement::Alone)?;
         assert_eq!(c, plain);
         assert_eq!(gemv_add_rmsnorm::CONFIGS[c.config].name, gemv::CONFIGS[c.config].name);
     }
-    // More than 16 rows, or above the bound (Qwen3-8B's hidden size at m = 5): not fused.
+    // More than 16 rows, or above the planner's bound (Qwen3-0.6B at m = 16, Qwen3-8B's
+    // hidden size at m = 3), which is below what the kernel takes: not fused.
     assert!(fuse(Pick::default(), 17, 256, 1024)?.is_none());
-    assert!(fuse(Pick::default(), NORM_PROLOGUE_MAX_ELEMS / 4096 + 1, 4096, 4096)?.is_none());
+    assert!(fuse(Pick::default(), 16, 1024, 2048)?.is_none());
+    assert!(fuse(Pick::default(), plan::NORM_AFTER_MAX_ELEMS / 4096 + 1, 4096, 4096)?.is_none());
+    const { assert!(plan::NORM_AFTER_MAX_ELEMS <= NORM_PROLOGUE_MAX_ELEMS) };
     // A split, the planner's for a narrow output or a pick: not fused.
     assert!(fuse(Pick::default(), 1, 64, 4096)?.is_none());
     let split = Pick {
@@ -861,7 +865,7 @@ fn norm_after_projections_on_the_gpu_at_model_shapes() -> Result<()> {
     let s = Stream::new(&dev)?;
     for (i, &(hidden, inter, q, _)) in MODELS.iter().enumerate() {
         for m in [1usize, 4, 16] {
-            if m * hidden > NORM_PROLOGUE_MAX_ELEMS as usize {
+            if m * hidden > plan::NORM_AFTER_MAX_ELEMS as usize {
                 continue;
             }
             for (j, k) in [q, inter].into_iter().enumerate() {
