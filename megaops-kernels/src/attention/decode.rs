@@ -222,8 +222,8 @@ unsafe fn run_split<const D: usize, const G: usize, const U: usize, const NW: us
 ///
 /// Emits what [`decode_attention`] and `qk_norm_rope` do (`ld.global.cg.v4`,
 /// `ld.global.nc.v4`, `shfl.sync.bfly`, `st.global.v4`), plus, in the CTA that writes the
-/// cache row, four `prefetch.global.L2` of it before the wait for `qkv` and one
-/// `bar.sync`.
+/// cache row, `prefetch.global.L2` of its four lines (one thread each) before the wait for
+/// `qkv`, and one `bar.sync`.
 ///
 /// # Safety
 /// Pointers valid for the shapes above; `splits >= 1`, `max_pos > 0`, `lens[b] <= max_seq`.
